@@ -1,0 +1,51 @@
+"""The seam between the engine and whatever picks a request's speculation config each step.
+
+The engine calls ``decide`` once per running request before every decode step and ``observe`` with that request's
+``StepStats`` after it. Implementations live in ``policies/`` (online policies) and in the server (live per-workload
+configs); the engine only needs this protocol. Calls come from the engine's single stepping thread, so an
+implementation needs no locking unless something else mutates it concurrently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from engine.config import SpecConfig
+from engine.stats import StepStats
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionContext:
+    """What a policy may look at when choosing the config of one request's next step."""
+
+    request_id: str
+    workload: str
+    batch_size: int
+    context_len: int
+    prompt_len: int
+    output_len: int
+    request_step: int  # decode steps this request has taken so far
+    requested: SpecConfig  # the config the request was submitted with
+    last: StepStats | None  # this request's previous step, if any
+
+
+@runtime_checkable
+class SpecPolicy(Protocol):
+    def decide(self, ctx: DecisionContext) -> SpecConfig:
+        """Config for this request's next step. Must be fast (tens of microseconds) and must not block."""
+        ...
+
+    def observe(self, stats: StepStats) -> None:
+        """Fold in what the step decided above actually did."""
+        ...
+
+
+class RequestedConfig:
+    """The default policy: every request keeps the config it was submitted with."""
+
+    def decide(self, ctx: DecisionContext) -> SpecConfig:
+        return ctx.requested
+
+    def observe(self, stats: StepStats) -> None:
+        return None
