@@ -1,0 +1,189 @@
+"""Batched KV cache with tree-shaped pending tokens and per-row compaction.
+
+Layout per model: ``keys[l]``/``values[l]`` are ``[batch, kv_heads, slots, head_dim]``. The first ``committed_slots``
+columns hold each row's committed tokens (left-padded; ``committed_valid`` marks real entries). Columns after them hold
+*pending* nodes appended by forwards in the current step (draft tokens, a verified tree), each attending to its row's
+committed prefix plus its pending ancestors. ``commit`` keeps, per row, the chosen pending path and drops every other
+pending entry, so memory never grows with rejected tokens and a rejected token is never attended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+
+@dataclass
+class Nodes:
+    """Tokens fed to one forward. ``parents`` index the row's pending nodes (existing ones first, then these new ones in
+    order); -1 attaches a node directly to the committed prefix. Padding nodes have ``valid`` False."""
+
+    tokens: torch.Tensor  # [batch, q] long
+    parents: torch.Tensor  # [batch, q] long
+    valid: torch.Tensor  # [batch, q] bool
+
+    @classmethod
+    def trees(cls, rows: list[tuple[list[int], list[int]]], device: torch.device) -> Nodes:
+        """Build from per-row ``(tokens, parents)``; parents are pending-column indices (-1 = committed prefix)."""
+        width = max((len(tokens) for tokens, _ in rows), default=0)
+        tokens = torch.zeros(len(rows), width, dtype=torch.long)
+        parents = torch.full((len(rows), width), -1, dtype=torch.long)
+        valid = torch.zeros(len(rows), width, dtype=torch.bool)
+        for b, (row_tokens, row_parents) in enumerate(rows):
+            n = len(row_tokens)
+            if n:
+                tokens[b, :n] = torch.tensor(row_tokens, dtype=torch.long)
+                parents[b, :n] = torch.tensor(row_parents, dtype=torch.long)
+                valid[b, :n] = True
+        return cls(tokens.to(device), parents.to(device), valid.to(device))
+
+    @classmethod
+    def chains(cls, rows: list[list[int]], offset: int, device: torch.device) -> Nodes:
+        """One chain per row hanging off the committed prefix; ``offset`` = pending columns already in the cache."""
+        return cls.trees([(row, [-1] + list(range(offset, offset + len(row) - 1))) if row else ([], [])
+                          for row in rows], device)
+
+
+class BatchKV:
+    """The KV cache of one model for the running batch. Not thread-safe; owned by the engine's stepping thread."""
+
+    def __init__(self, model, batch_size: int = 0):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.keys: list[torch.Tensor] | None = None
+        self.values: list[torch.Tensor] | None = None
+        self.committed_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
+        self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
+        self._reset_pending()
+
+    def _reset_pending(self) -> None:
+        b = self.batch_size
+        self.pending_valid = torch.zeros(b, 0, dtype=torch.bool, device=self.device)
+        self.pending_anc = torch.zeros(b, 0, 0, dtype=torch.bool, device=self.device)  # [b, node, ancestor-or-self]
+        self.pending_depth = torch.zeros(b, 0, dtype=torch.long, device=self.device)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.lengths.shape[0])
+
+    @property
+    def pending_width(self) -> int:
+        return int(self.pending_valid.shape[1])
+
+    @property
+    def committed_slots(self) -> int:
+        return int(self.committed_valid.shape[1])
+
+    def forward(self, nodes: Nodes) -> torch.Tensor:
+        """Run the model on ``nodes`` as new pending tokens; returns final hidden states ``[batch, q, hidden]``."""
+        b, q = nodes.tokens.shape
+        p = self.pending_valid.shape[1]
+        depth_new = torch.zeros(b, q, dtype=torch.long, device=self.device)
+        anc = torch.zeros(b, q, p + q, dtype=torch.bool, device=self.device)
+        pend_depth = torch.cat([self.pending_depth, depth_new], 1)
+        anc_all = torch.cat([torch.cat([self.pending_anc, torch.zeros(b, p, q, dtype=torch.bool, device=self.device)], 2),
+                             anc], 1)  # [b, p+q, p+q]
+        rows = torch.arange(b, device=self.device)
+        for j in range(q):
+            parent = nodes.parents[:, j]
+            has_parent = parent >= 0
+            safe = parent.clamp(min=0)
+            parent_anc = anc_all[rows, safe] & has_parent[:, None]
+            parent_anc[:, p + j] = True
+            anc_all[:, p + j] = parent_anc
+            pend_depth[:, p + j] = torch.where(has_parent, pend_depth[rows, safe] + 1, 0)
+        new_anc = anc_all[:, p:]  # [b, q, p+q]
+        valid = nodes.valid
+        prefix = self.committed_valid[:, None, :].expand(b, q, -1) & valid[:, :, None]
+        allowed = torch.cat([prefix, new_anc], 2)  # padding nodes hang off nothing: they attend to themselves only
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        positions = self.lengths[:, None] + pend_depth[:, p:]
+        cache = DynamicCache() if self.keys is None else DynamicCache(ddp_cache_data=list(zip(self.keys, self.values)))
+        out = self.model.get_decoder()(input_ids=nodes.tokens, attention_mask=mask[:, None], position_ids=positions,
+                                       cache=cache, use_cache=True)
+        self.keys = [layer.keys for layer in cache.layers]
+        self.values = [layer.values for layer in cache.layers]
+        self.pending_valid = torch.cat([self.pending_valid, valid], 1)
+        self.pending_anc = anc_all
+        self.pending_depth = pend_depth
+        return out.last_hidden_state
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.get_output_embeddings()(hidden)
+
+    def commit(self, keep: list[list[int]]) -> None:
+        """Append each row's ``keep`` pending nodes (indices in pending order, forming a path) to its committed prefix and
+        drop all other pending entries."""
+        if self.keys is None:
+            self._reset_pending()
+            return
+        c = self.committed_slots
+        new_lengths = self.lengths + torch.tensor([len(k) for k in keep], dtype=torch.long, device=self.device)
+        width = int(new_lengths.max()) if self.batch_size else 0
+        index = torch.zeros(self.batch_size, width, dtype=torch.long, device=self.device)
+        valid = torch.zeros(self.batch_size, width, dtype=torch.bool, device=self.device)
+        for b in range(self.batch_size):
+            slots = self.committed_valid[b].nonzero().squeeze(1)
+            if keep[b]:
+                slots = torch.cat([slots, c + torch.tensor(keep[b], dtype=torch.long, device=self.device)])
+            n = slots.shape[0]
+            index[b, width - n:] = slots
+            valid[b, width - n:] = True
+        self._gather(index)
+        self.committed_valid = valid
+        self.lengths = new_lengths
+        self._reset_pending()
+
+    def _gather(self, index: torch.Tensor) -> None:
+        b, width = index.shape
+        for layer, (k, v) in enumerate(zip(self.keys, self.values)):
+            idx = index[:, None, :, None].expand(b, k.shape[1], width, k.shape[3])
+            self.keys[layer] = k.gather(2, idx)
+            self.values[layer] = v.gather(2, idx)
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only ``rows`` (in that order), trimming left padding no remaining row needs. No pending nodes allowed."""
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        valid = self.committed_valid.index_select(0, idx)
+        used = valid.any(0).nonzero()
+        start = int(used[0]) if used.numel() else valid.shape[1]
+        self.committed_valid = valid[:, start:]
+        self.lengths = self.lengths.index_select(0, idx)
+        if self.keys is not None:
+            self.keys = [k.index_select(0, idx)[:, :, start:] for k in self.keys]
+            self.values = [v.index_select(0, idx)[:, :, start:] for v in self.values]
+        self._reset_pending()
+
+    def extend(self, other: BatchKV) -> None:
+        """Append ``other``'s rows (committed state only) after this cache's rows, left-padding the shorter side."""
+        if other.keys is None:
+            self._pad_rows(other.batch_size)
+            return
+        if self.keys is None:
+            self.keys = [k.new_zeros(self.batch_size, *k.shape[1:2], 0, k.shape[3]) for k in other.keys]
+            self.values = [v.new_zeros(self.batch_size, *v.shape[1:2], 0, v.shape[3]) for v in other.values]
+        width = max(self.committed_slots, other.committed_slots)
+        mine, theirs = width - self.committed_slots, width - other.committed_slots
+        self.keys = [torch.cat([_left_pad(a, mine), _left_pad(o, theirs)], 0) for a, o in zip(self.keys, other.keys)]
+        self.values = [torch.cat([_left_pad(a, mine), _left_pad(o, theirs)], 0)
+                       for a, o in zip(self.values, other.values)]
+        self.committed_valid = torch.cat([torch.nn.functional.pad(self.committed_valid, (mine, 0)),
+                                          torch.nn.functional.pad(other.committed_valid, (theirs, 0))], 0)
+        self.lengths = torch.cat([self.lengths, other.lengths])
+        self._reset_pending()
+
+    def _pad_rows(self, n: int) -> None:
+        self.committed_valid = torch.cat([self.committed_valid, self.committed_valid.new_zeros(n, self.committed_slots)])
+        self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(n)])
+        if self.keys is not None:
+            self.keys = [torch.cat([k, k.new_zeros(n, *k.shape[1:])]) for k in self.keys]
+            self.values = [torch.cat([v, v.new_zeros(n, *v.shape[1:])]) for v in self.values]
+        self._reset_pending()
+
+
+def _left_pad(t: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.nn.functional.pad(t, (0, 0, n, 0)) if n else t
