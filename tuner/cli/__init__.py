@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import typer
 
+from tuner.cli.models import models_app
+
 app = typer.Typer(name="spectune", help="Decide, per workload and live, whether speculative decoding pays.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
+app.add_typer(models_app, name="models")
 
 
 def main() -> None:

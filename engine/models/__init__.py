@@ -1,0 +1,27 @@
+"""Models for the engine: the registry of shipped models, fetching and converting them, loading, compatibility."""
+
+from engine.models.cache import cache_root, gguf_path
+from engine.models.compat import IncompatibleModelsError, check_draft_compatible
+from engine.models.fetch import ModelFetchError, fetch_model
+from engine.models.gguf import GgufError
+from engine.models.identity import hardware_fingerprint, model_identity
+from engine.models.loaded import LoadedModel
+from engine.models.loading import load_model
+from engine.models.registry import REGISTRY, ModelNotFoundError, ModelSpec
+
+__all__ = [
+    "REGISTRY",
+    "GgufError",
+    "IncompatibleModelsError",
+    "LoadedModel",
+    "ModelFetchError",
+    "ModelNotFoundError",
+    "ModelSpec",
+    "cache_root",
+    "check_draft_compatible",
+    "fetch_model",
+    "gguf_path",
+    "hardware_fingerprint",
+    "load_model",
+    "model_identity",
+]

@@ -1,0 +1,42 @@
+"""Short stable names for a model and for the hardware it runs on; profiles are stored under both."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+from engine.models.loaded import LoadedModel
+from engine.models.registry import REGISTRY
+
+
+def model_identity(loaded: LoadedModel) -> str:
+    """The registry name, else the model directory's name (a .gguf file's stem)."""
+    if loaded.name in REGISTRY:
+        return loaded.name
+    path = Path(loaded.name)
+    return path.stem if path.suffix.lower() == ".gguf" else path.name or loaded.name
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware_fingerprint(device: str | torch.device | None = None) -> str:
+    """``cuda:<device name>`` or ``cpu:<cpu model>:<usable cores>`` for ``device`` (default: CUDA when available)."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    resolved = torch.device(device)
+    if resolved.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(resolved)}"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return f"cpu:{_cpu_model()}:{cores}"

@@ -1,0 +1,45 @@
+"""A model ready for the engine: weights, tokenizer and the facts the engine needs about them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM in eval mode plus its tokenizer (None for tokenizer-less test models)."""
+
+    name: str  # registry name or path it was loaded from
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any | None
+    eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any | None = None, name: str = "in-memory") -> LoadedModel:
+        model.eval()
+        for param in model.parameters():
+            param.requires_grad_(False)
+        eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
+        if eos is None and tokenizer is not None:
+            eos = tokenizer.eos_token_id
+        eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
+        return cls(name=name, model=model, tokenizer=tokenizer, eos_token_ids=eos_ids)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+    @property
+    def max_context(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
