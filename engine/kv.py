@@ -84,8 +84,8 @@ class BatchKV:
         depth_new = torch.zeros(b, q, dtype=torch.long, device=self.device)
         anc = torch.zeros(b, q, p + q, dtype=torch.bool, device=self.device)
         pend_depth = torch.cat([self.pending_depth, depth_new], 1)
-        anc_all = torch.cat([torch.cat([self.pending_anc, torch.zeros(b, p, q, dtype=torch.bool, device=self.device)], 2),
-                             anc], 1)  # [b, p+q, p+q]
+        old_rows = torch.cat([self.pending_anc, torch.zeros(b, p, q, dtype=torch.bool, device=self.device)], 2)
+        anc_all = torch.cat([old_rows, anc], 1)  # [b, p+q, p+q]
         rows = torch.arange(b, device=self.device)
         for j in range(q):
             parent = nodes.parents[:, j]
@@ -116,8 +116,8 @@ class BatchKV:
         return self.model.get_output_embeddings()(hidden)
 
     def commit(self, keep: list[list[int]]) -> None:
-        """Append each row's ``keep`` pending nodes (indices in pending order, forming a path) to its committed prefix and
-        drop all other pending entries."""
+        """Append each row's ``keep`` pending nodes (indices in pending order, forming a path) to its committed
+        prefix and drop all other pending entries."""
         if self.keys is None:
             self._reset_pending()
             return
@@ -146,7 +146,7 @@ class BatchKV:
             self.values[layer] = v.gather(2, idx)
 
     def select(self, rows: list[int]) -> None:
-        """Keep only ``rows`` (in that order), trimming left padding no remaining row needs. No pending nodes allowed."""
+        """Keep only ``rows`` (in that order), trimming left padding no remaining row needs. Drops pending nodes."""
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
         valid = self.committed_valid.index_select(0, idx)
         used = valid.any(0).nonzero()
@@ -177,7 +177,8 @@ class BatchKV:
         self._reset_pending()
 
     def _pad_rows(self, n: int) -> None:
-        self.committed_valid = torch.cat([self.committed_valid, self.committed_valid.new_zeros(n, self.committed_slots)])
+        empty = self.committed_valid.new_zeros(n, self.committed_slots)
+        self.committed_valid = torch.cat([self.committed_valid, empty])
         self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(n)])
         if self.keys is not None:
             self.keys = [torch.cat([k, k.new_zeros(n, *k.shape[1:])]) for k in self.keys]

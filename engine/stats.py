@@ -66,8 +66,9 @@ class RequestSummary:
             self.drafts += 1
             self.draft_tokens += stats.draft_tokens
             self.accepted_tokens += stats.accepted_tokens
-            if len(self.accepted_per_position) < len(stats.accepted_per_position):
-                self.accepted_per_position.extend([0] * (len(stats.accepted_per_position) - len(self.accepted_per_position)))
+            missing = len(stats.accepted_per_position) - len(self.accepted_per_position)
+            if missing > 0:
+                self.accepted_per_position.extend([0] * missing)
             for depth, hit in enumerate(stats.accepted_per_position):
                 self.accepted_per_position[depth] += hit
 

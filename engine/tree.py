@@ -60,7 +60,7 @@ class DraftTree:
         return out[::-1]
 
     def walk(self, true_tokens: list[int]) -> list[int]:
-        """The nodes a greedy verifier accepts when the target's tokens are ``true_tokens`` (used by replay and tests)."""
+        """The nodes a greedy verifier accepts when the target emits ``true_tokens`` (used by replay and tests)."""
         kids = self.children()
         node, accepted = -1, []
         for token in true_tokens:

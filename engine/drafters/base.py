@@ -27,7 +27,8 @@ class DraftInput:
 class Drafter(ABC):
     """Proposes draft trees for a batch. The engine owns the batch: it calls ``admit`` when requests join (in row
     order, appended after the current rows), ``retain`` when some leave, ``propose`` once per step for the rows using
-    this drafter's method, and ``commit`` with each proposed row's accepted nodes after verification. Single-threaded."""
+    this drafter's method, and ``commit`` with each proposed row's accepted nodes after verification.
+    Single-threaded."""
 
     method: str
 
