@@ -1,0 +1,105 @@
+"""``spectune engines install llama.cpp`` and ``spectune engine launch llama.cpp``: external engines spectune steers."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from tuner.cli.errors import UsageError, user_errors
+
+engines_app = typer.Typer(help="Install the external engines spectune can steer.", no_args_is_help=True)
+engine_app = typer.Typer(help="Run an external engine with a speculation config.", no_args_is_help=True)
+
+
+class EngineName(StrEnum):
+    llamacpp = "llama.cpp"
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@engines_app.command("install")
+def install(
+    engine: Annotated[EngineName, typer.Argument(help="The engine to build.")],
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, max=64, help="Parallel compile jobs.")] = 2,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+) -> None:
+    """Build llama.cpp's llama-server from the llama-cpp-python sdist on PyPI into the cache (reused when present);
+    print the binary's path."""
+    from tuner.engines.llamacpp_install import InstallError, install_llama_server
+
+    try:
+        installed = install_llama_server(jobs=jobs, progress=(lambda _: None) if quiet else _progress)
+    except InstallError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(code=1) from None
+    print(installed.server)
+
+
+def parse_config_json(text: str) -> tuple[Any, dict[str, Any] | None]:
+    """``--config`` JSON -> (SpecConfig, the ``llamacpp`` extension dict or None)."""
+    from engine.config import SpecConfig
+
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--config: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise UsageError("--config: expected a JSON object, e.g. {\"method\": \"ngram\", \"k\": 8}")
+    extension = raw.pop("llamacpp", None)
+    if extension is not None and not isinstance(extension, dict):
+        raise UsageError("llamacpp: expected a JSON object of llama.cpp settings")
+    return SpecConfig.model_validate(raw), extension
+
+
+@engine_app.command("launch")
+def launch(
+    engine: Annotated[EngineName, typer.Argument(help="The engine to run.")],
+    model: Annotated[str, typer.Option("--model", help="Registered model name or a .gguf file.")],
+    config: Annotated[str, typer.Option("--config", help="SpecConfig JSON; llama.cpp-only settings under "
+                                                         "\"llamacpp\", e.g. {\"method\": \"ngram\", \"k\": 16, "
+                                                         "\"min_n\": 16, \"max_n\": 16, \"llamacpp\": "
+                                                         "{\"spec_type\": \"ngram-mod\"}}.")] = '{"method": "off"}',
+    draft: Annotated[str | None, typer.Option("--draft", help="Draft model name or .gguf (method draft).")] = None,
+    port: Annotated[int | None, typer.Option("--port", min=1, max=65535, help="Port (default: a free one).")] = None,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="CPU threads for decode and prefill.")] = 2,
+    ctx_size: Annotated[int, typer.Option("--ctx-size", min=128, help="Context length per server.")] = 4096,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the llama-server command and exit.")] = False,
+) -> None:
+    """Start llama-server on 127.0.0.1 with a speculation config and serve until interrupted (Ctrl-C)."""
+    from tuner.engines.base import EngineError
+    from tuner.engines.llamacpp import LlamaCppEngine, resolve_gguf
+    from tuner.engines.llamacpp_install import InstallError, default_install, find_llama_server
+    from tuner.engines.llamacpp_server import ServerOptions, free_port, server_command
+
+    with user_errors():
+        spec, extension = parse_config_json(config)
+        options = ServerOptions(model=resolve_gguf(model, "--model"), threads=threads, ctx_size=ctx_size, port=port)
+        adapter = LlamaCppEngine(options, draft_model=resolve_gguf(draft, "--draft") if draft else None)
+        flags = adapter.flags_for(spec, extension)
+    if dry_run:
+        print(shlex.join(server_command(default_install().server, options, port or free_port(), flags)))
+        return
+    try:
+        find_llama_server()
+        adapter.apply("default", spec, extension)
+    except (InstallError, EngineError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(code=1) from None
+    process = adapter.process
+    assert process is not None
+    print(f"llama-server ready at {process.url} (pid {process.pid}): {spec.label()}", file=sys.stderr)
+    print(shlex.join(process.command), file=sys.stderr, flush=True)
+    try:
+        code = process.wait()
+    except KeyboardInterrupt:
+        code = 0
+    finally:
+        adapter.stop()
+    raise typer.Exit(code=code)
