@@ -73,7 +73,8 @@ class Completion:
 class EngineStats:
     """One read of an engine's statistics.
 
-    ``counters`` are cumulative per workload since the engine process started; ``instance`` changes whenever the
+    ``counters`` are cumulative per workload since the engine process started (an engine that cannot tell workloads
+    apart, like llama.cpp, reports them all under ``""``); ``instance`` changes whenever the
     process restarts (the counters then restart at zero), so only subtract reads with equal ``instance``.
     ``requests`` are the requests finished after the ``since`` cursor given to ``read_stats``; pass ``cursor`` back
     next time to get only newer ones.

@@ -164,8 +164,8 @@ def _step_reporter(progress: Progress) -> Callable[[str], None]:
             percent = int(match[1])
         else:
             return
-        if percent >= last[0] + 5 or percent == 100 and last[0] != 100:
-            last[0] = percent
+        if percent // 5 > last[0]:  # one line per 5 % step
+            last[0] = percent // 5
             progress(f"  build {percent:3d}%  {line.strip()[:100]}")
 
     return report

@@ -57,7 +57,13 @@ class LlamaServerProcess:
         self.instance = uuid.uuid4().hex[:12]
         self._log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
         self.log_path = Path(self._log.name)
-        self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+        try:
+            self._proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self._log,
+                                          stderr=subprocess.STDOUT)
+        except OSError as exc:
+            self._log.close()
+            self.log_path.unlink(missing_ok=True)
+            raise EngineError(f"cannot run {command[0]}: {exc}") from exc
         self._finalizer = weakref.finalize(self, _terminate, self._proc, self._log, self.log_path)
 
     @property
