@@ -7,12 +7,14 @@ import typer
 
 from tuner.cli.engines import engine_app, engines_app
 from tuner.cli.models import models_app
+from tuner.cli.replay import replay
 
 app = typer.Typer(name="spectune", help="Decide, per workload and live, whether speculative decoding pays.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(models_app, name="models")
 app.add_typer(engines_app, name="engines")
 app.add_typer(engine_app, name="engine")
+app.command("replay")(replay)
 
 
 def main() -> None:

@@ -1,0 +1,161 @@
+"""Measured forward-time model of one engine: what a verify forward and a draft pass cost.
+
+Each forward is a table of measured seconds on a rectilinear grid of (batch size, tokens per request, context length),
+read by *piecewise-linear* (trilinear) interpolation: find the grid cell around the point on each axis and blend its 8
+corners linearly. Outside the measured range the edge segment of each axis is extended linearly (an axis with one point
+is constant), and the result never drops below the smallest measured time, so a query is always positive and finite.
+That is all the "fitting" there is: the model goes exactly through every measured point and assumes nothing between
+them beyond linearity, which is what forward times on a fixed kernel set look like once the grid is dense enough.
+
+The model is stored as JSON together with the identity of the engine it was measured on (target, draft, dtype,
+device); a replay refuses to score traces from another target with it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from functools import cached_property
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engine.config import TreeShape
+
+COST_MODEL_VERSION = 1
+
+
+class EngineIdentity(BaseModel):
+    """Which engine a cost model (or a trace) describes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target: str
+    draft: str | None = None
+    dtype: str
+    device: str = "cpu"
+
+
+def _segment(axis: tuple[float, ...], x: float) -> tuple[int, int, float]:
+    """Indices ``i, j`` and weight ``w`` with ``x = (1 - w) * axis[i] + w * axis[j]``; ``w`` outside [0, 1]
+    extrapolates from the edge segment.
+
+    >>> _segment((1.0, 2.0, 4.0), 3.0)
+    (1, 2, 0.5)
+    """
+    if len(axis) == 1:
+        return 0, 0, 0.0
+    i = min(max(bisect_right(axis, x) - 1, 0), len(axis) - 2)
+    return i, i + 1, (x - axis[i]) / (axis[i + 1] - axis[i])
+
+
+class ForwardGrid(BaseModel):
+    """Measured seconds of one model's forward; ``seconds[b][t][c]`` at ``batch_sizes[b]``, ``tokens[t]`` new tokens
+    per request and ``context_lens[c]`` tokens already in each request's KV cache."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    batch_sizes: tuple[float, ...] = Field(min_length=1)
+    tokens: tuple[float, ...] = Field(min_length=1)
+    context_lens: tuple[float, ...] = Field(min_length=1)
+    seconds: tuple[tuple[tuple[float, ...], ...], ...]
+
+    @model_validator(mode="after")
+    def _check(self) -> ForwardGrid:
+        for name in ("batch_sizes", "tokens", "context_lens"):
+            axis = getattr(self, name)
+            if any(b <= a for a, b in zip(axis, axis[1:], strict=False)):
+                raise ValueError(f"{name}: grid points must be strictly increasing, got {list(axis)}")
+            if axis[0] < 0:
+                raise ValueError(f"{name}: grid points must not be negative")
+        shape = (len(self.batch_sizes), len(self.tokens), len(self.context_lens))
+        if len(self.seconds) != shape[0] or any(len(row) != shape[1] for row in self.seconds) or any(
+            len(col) != shape[2] for row in self.seconds for col in row
+        ):
+            raise ValueError(f"seconds: expected shape {shape} (batch_sizes x tokens x context_lens)")
+        if any(s <= 0 for row in self.seconds for col in row for s in col):
+            raise ValueError("seconds: every measured time must be positive")
+        return self
+
+    @cached_property
+    def floor(self) -> float:
+        """The smallest measured time: no query answers less."""
+        return min(s for row in self.seconds for col in row for s in col)
+
+    def __call__(self, batch_size: float, tokens: float, context_len: float) -> float:
+        """Interpolated seconds of one forward at this point (see the module docstring)."""
+        b0, b1, wb = _segment(self.batch_sizes, batch_size)
+        t0, t1, wt = _segment(self.tokens, tokens)
+        c0, c1, wc = _segment(self.context_lens, context_len)
+        s = self.seconds
+        total = 0.0
+        for bi, bw in ((b0, 1.0 - wb), (b1, wb)):
+            if bw == 0.0:
+                continue
+            row = s[bi]
+            for ti, tw in ((t0, 1.0 - wt), (t1, wt)):
+                if tw == 0.0:
+                    continue
+                col = row[ti]
+                total += bw * tw * ((1.0 - wc) * col[c0] + wc * col[c1])
+        return max(total, self.floor)
+
+
+class CostModel(BaseModel):
+    """Forward times of one engine: the target's verify forward, the draft model's forward and the n-gram lookup."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int = COST_MODEL_VERSION
+    engine: EngineIdentity
+    target: ForwardGrid
+    draft: ForwardGrid | None = None
+    ngram_s: float = Field(default=0.0, ge=0.0, description="n-gram lookup seconds per request per step")
+
+    @model_validator(mode="after")
+    def _check_version(self) -> CostModel:
+        if self.version != COST_MODEL_VERSION:
+            raise ValueError(f"version: cost model version {self.version} is not supported (expected "
+                             f"{COST_MODEL_VERSION})")
+        return self
+
+    def verify_s(self, batch_size: int, total_tokens: float, context_len: float) -> float:
+        """Seconds of one target forward over ``total_tokens`` new tokens spread across ``batch_size`` requests."""
+        return self.target(batch_size, total_tokens / batch_size, context_len)
+
+    def draft_s(self, batch_size: int, k: int, context_len: float, method: str, tree: TreeShape | None = None) -> float:
+        """Seconds to propose depth-``k`` drafts for ``batch_size`` requests with ``method``.
+
+        ``draft``: one draft forward per depth; forward ``d`` feeds each request the nodes of depth ``d - 1`` (1 for
+        the root, so a chain costs ``k`` one-token forwards). ``ngram``: a measured constant per request. ``off``: 0.
+        """
+        if method == "off" or k <= 0 or batch_size <= 0:
+            return 0.0
+        if method == "ngram":
+            return self.ngram_s * batch_size
+        if method != "draft":
+            raise ValueError(f"method: unknown speculation method {method!r}")
+        if self.draft is None:
+            raise ValueError("cost model has no draft-model grid (calibrate with --draft to price method=draft)")
+        shape = tree or TreeShape()
+        total, width = 0.0, 1
+        for depth in range(1, k + 1):
+            total += self.draft(batch_size, width, context_len)
+            width *= shape.branching_at(depth)
+        return total
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> CostModel:
+        return cls.model_validate_json(text)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=1)
+
+
+def uniform_grid(batch_sizes: Sequence[float], tokens: Sequence[float], context_lens: Sequence[float],
+                 seconds_at: Callable[[float, float, float], float]) -> ForwardGrid:
+    """A grid filled by ``seconds_at(batch, tokens, context)``: how calibration and tests build one."""
+    return ForwardGrid(
+        batch_sizes=tuple(batch_sizes), tokens=tuple(tokens), context_lens=tuple(context_lens),
+        seconds=tuple(tuple(tuple(float(seconds_at(b, t, c)) for c in context_lens) for t in tokens)
+                      for b in batch_sizes),
+    )

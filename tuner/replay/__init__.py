@@ -1,0 +1,33 @@
+"""Counterfactual replay: score any policy or static config on recorded traces with a measured cost model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from policies.cost_model import CostModel
+from policies.registry import PolicySpec, build_policy
+from tuner.replay.oracle import oracle_cell, static_grid
+from tuner.replay.outcome import Outcome, ReplayError, ReplayTrace
+from tuner.replay.simulator import CellResult, check_identity, prepare, replay_cell
+from tuner.traces import Trace, by_workload
+
+__all__ = ["CellResult", "Outcome", "ReplayError", "ReplayTrace", "check_identity", "oracle_cell", "prepare",
+           "replay_all", "replay_cell", "static_grid"]
+
+
+def replay_all(traces: list[Trace], policies: Sequence[str], cost: CostModel, batch_sizes: Sequence[int],
+               oracle: bool = False) -> list[CellResult]:
+    """One cell per (workload, batch size, policy) with a fresh policy each, plus the oracle per cell if asked."""
+    specs = [PolicySpec.parse(p) for p in policies]
+    for spec in specs:
+        build_policy(spec, cost)  # fail on a bad spec before any replay work
+    check_identity(traces, cost)
+    cells = []
+    for group in by_workload(traces).values():
+        group = prepare(group)
+        for batch_size in batch_sizes:
+            for spec in specs:
+                cells.append(replay_cell(group, build_policy(spec, cost), cost, batch_size, spec.text))
+            if oracle:
+                cells.append(oracle_cell(group, cost, batch_size)[0])
+    return cells

@@ -1,0 +1,169 @@
+"""Replay recorded requests through a policy with continuous batching, step by step, priced by a cost model.
+
+One cell = one workload at one batch size B: B requests run concurrently; when one finishes, the workload's next trace
+joins at the next step (prefill is not priced: tokens/s is decode throughput). Every step does what the engine does:
+
+1. for every running request, in admission order, ``policy.decide(DecisionContext(...))`` with ``batch_size`` = the
+   running requests, ``context_len`` = prompt_len + p - 1 (the tokens in its KV cache: the root, the last emitted
+   token, is not yet in it), ``output_len`` = p, ``request_step`` = its steps so far and ``last`` = its previous
+   ``StepStats``; the config then goes through ``at_batch_size`` as in the engine;
+2. each request's outcome comes from ``ReplayTrace.step`` (exact for chains, static trees and n-gram);
+3. the step costs ``draft_s + verify_s``: per method in use, ``cost.draft_s`` at the deepest proposal of that method
+   (the draft model's forward runs over all B rows, padded; n-gram lookups are priced per request that ran one), plus
+   ``cost.verify_s(B, sum(1 + nodes_i), max context)`` (a padded batch attends over the longest cache);
+4. ``policy.observe(StepStats(...))`` per request, in the same order, with the step's shared times and the simulated
+   clock as timestamp.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from engine.config import OFF, SpecConfig
+from engine.policy import DecisionContext, SpecPolicy
+from engine.stats import StepStats
+from policies.cost_model import CostModel
+from tuner.replay.outcome import Outcome, ReplayError, ReplayTrace
+from tuner.traces import Trace
+
+
+@dataclass
+class CellResult:
+    """Throughput of one policy on one workload at one batch size."""
+
+    workload: str
+    batch_size: int
+    policy: str
+    config: str  # the config used, or the mix of configs an adaptive policy used (share of request steps)
+    tokens_per_s: float
+    mean_acceptance_length: float  # 1 + accepted / drafts
+    steps: int  # batched decode steps (target forwards)
+    requests: int
+    emitted_tokens: int
+    accepted_tokens: int
+    drafts: int  # request steps that proposed at least one draft token
+    draft_tokens: int
+    seconds: float
+    exact: bool = True  # every step was scored exactly (replay refuses what it cannot score)
+    configs: dict[str, int] = field(default_factory=dict)  # config label -> request steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Running:
+    __slots__ = ("trace", "p", "steps", "last")
+
+    def __init__(self, trace: ReplayTrace) -> None:
+        self.trace = trace
+        self.p = 0
+        self.steps = 0
+        self.last: StepStats | None = None
+
+
+def check_identity(traces: Iterable[Trace], cost: CostModel) -> None:
+    """Refuse traces recorded on another target, dtype or draft than the cost model was measured on."""
+    engine = cost.engine
+    for trace in traces:
+        where = f"workload {trace.workload!r} request {trace.request_id!r}"
+        if trace.target != engine.target:
+            raise ReplayError(f"{where}: target {trace.target!r} differs from the cost model's {engine.target!r}")
+        if trace.dtype != engine.dtype:
+            raise ReplayError(f"{where}: dtype {trace.dtype!r} differs from the cost model's {engine.dtype!r}")
+        if trace.draft is not None and engine.draft is not None and trace.draft != engine.draft:
+            raise ReplayError(f"{where}: draft {trace.draft!r} differs from the cost model's {engine.draft!r}")
+
+
+def summarize_configs(configs: Counter[str]) -> str:
+    """``ngram k=4 chain n=1..4`` for one config, else the three most used with their share of request steps."""
+    total = sum(configs.values())
+    if len(configs) == 1:
+        return next(iter(configs))
+    top = configs.most_common(3)
+    text = ", ".join(f"{label} {100 * count / total:.0f}%" for label, count in top)
+    return text + (f", +{len(configs) - 3} more" if len(configs) > 3 else "")
+
+
+def _draft_seconds(cost: CostModel, batch: int, context: int, configs: list[SpecConfig],
+                   outcomes: list[Outcome]) -> float:
+    """Drafting time of one step: the draft model drafts the batch's deepest (and widest) proposal for all rows at
+    once; each n-gram lookup is priced on its own."""
+    total = 0.0
+    drafted = [(cfg, out) for cfg, out in zip(configs, outcomes) if cfg.method == "draft" and out.asked]
+    if drafted:
+        deepest = max(out.depth for _, out in drafted)
+        widest = max(drafted, key=lambda pair: pair[1].nodes)[0].tree
+        total += cost.draft_s(batch, deepest, context, "draft", widest)
+    lookups = sum(1 for cfg, out in zip(configs, outcomes) if cfg.method == "ngram" and out.asked)
+    if lookups:
+        total += cost.draft_s(lookups, 1, context, "ngram")
+    return total
+
+
+def prepare(traces: Iterable[Trace | ReplayTrace]) -> list[ReplayTrace]:
+    """Traces ready for stepping; prepare once and pass the result to many cells to share n-gram lookups."""
+    return [t if isinstance(t, ReplayTrace) else ReplayTrace(t) for t in traces]
+
+
+def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost: CostModel, batch_size: int,
+                policy_name: str, requested: SpecConfig = OFF) -> CellResult:
+    """Replay one workload's ``traces`` (in order) at ``batch_size`` through a fresh ``policy``."""
+    if batch_size < 1:
+        raise ReplayError(f"batch size must be at least 1, got {batch_size}")
+    if not traces:
+        raise ReplayError("no traces to replay")
+    queue = deque(prepare(traces))
+    workload = queue[0].trace.workload
+    running: list[_Running] = []
+    step = 0
+    clock = 0.0
+    emitted_total = accepted_total = drafts = draft_tokens = 0
+    used: Counter[str] = Counter()
+    while queue or running:
+        while queue and len(running) < batch_size:
+            running.append(_Running(queue.popleft()))
+        step += 1
+        batch = len(running)
+        contexts = [r.trace.prompt_len + r.p - 1 for r in running]
+        configs = []
+        for r, context in zip(running, contexts):
+            trace = r.trace.trace
+            ctx = DecisionContext(trace.request_id, trace.workload, batch, context, r.trace.prompt_len, r.p,
+                                  r.steps, requested, r.last)
+            config = policy.decide(ctx).at_batch_size(batch)
+            configs.append(config)
+            used[config.label()] += 1
+        outcomes = [r.trace.step(r.p, config) for r, config in zip(running, configs)]
+        longest = max(contexts)
+        draft_s = _draft_seconds(cost, batch, longest, configs, outcomes)
+        batch_verify = sum(1 + out.nodes for out in outcomes)
+        verify_s = cost.verify_s(batch, batch_verify, longest)
+        clock += draft_s + verify_s
+        keep = []
+        for r, context, out in zip(running, contexts, outcomes):
+            trace = r.trace.trace
+            hits = tuple(1 if d < out.accepted else 0 for d in range(out.depth))
+            stats = StepStats(step, trace.request_id, trace.workload, batch, context, out.method, out.depth,
+                              out.nodes, out.accepted, hits, out.emitted, 1 + out.nodes, batch_verify, draft_s,
+                              verify_s, clock)
+            policy.observe(stats)
+            r.p += out.emitted
+            r.steps += 1
+            r.last = stats
+            emitted_total += out.emitted
+            if out.nodes:
+                drafts += 1
+                draft_tokens += out.nodes
+                accepted_total += out.accepted
+            if r.p < r.trace.length:
+                keep.append(r)
+        running = keep
+    return CellResult(
+        workload=workload, batch_size=batch_size, policy=policy_name, config=summarize_configs(used),
+        tokens_per_s=emitted_total / clock if clock > 0 else 0.0,
+        mean_acceptance_length=1.0 + accepted_total / drafts if drafts else 1.0, steps=step, requests=len(traces),
+        emitted_tokens=emitted_total, accepted_tokens=accepted_total, drafts=drafts, draft_tokens=draft_tokens,
+        seconds=clock, configs=dict(used))
