@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typer
 
+from tuner.cli.engine import serve
 from tuner.cli.engines import engine_app, engines_app
 from tuner.cli.models import models_app
 from tuner.cli.replay import replay
@@ -14,6 +15,7 @@ app = typer.Typer(name="spectune", help="Decide, per workload and live, whether 
 app.add_typer(models_app, name="models")
 app.add_typer(engines_app, name="engines")
 app.add_typer(engine_app, name="engine")
+engine_app.command("serve")(serve)
 app.command("replay")(replay)
 
 

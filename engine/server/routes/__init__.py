@@ -1,0 +1,1 @@
+"""One router per resource; ``engine.server.app`` assembles them."""
