@@ -17,11 +17,11 @@ from policies.base import Policy, remember
 class _Held:
     __slots__ = ("current", "candidate", "streak", "since")
 
-    def __init__(self, current: SpecConfig) -> None:
+    def __init__(self, current: SpecConfig, since: int) -> None:
         self.current = current
         self.candidate: SpecConfig | None = None
         self.streak = 0  # consecutive steps the inner policy asked for ``candidate``
-        self.since = 0  # steps since the last change
+        self.since = since  # steps since the last change
 
 
 class Hysteresis(Policy):
@@ -59,8 +59,9 @@ class Hysteresis(Policy):
         asked, chosen = pending
         held = self._held.get(stats.request_id)
         if held is None or chosen != held.current:
-            remember(self._held, stats.request_id, _Held(chosen))
-            held = self._held[stats.request_id]
+            # a request's first config is not a change: the cooldown only follows real changes
+            held = _Held(chosen, since=self.cooldown if held is None else 0)
+            remember(self._held, stats.request_id, held)
         elif asked == held.current:
             held.candidate, held.streak = None, 0
         elif asked == held.candidate:

@@ -81,5 +81,8 @@ def build_policy(spec: str | PolicySpec, cost_model: CostModel | None = None) ->
             hold, cooldown = int(wrapper.get("hold", 1)), int(wrapper.get("cooldown", 0))
         except ValueError:
             raise ValueError(f"policy {parsed.name}: hold and cooldown must be integers") from None
-        policy = Hysteresis(policy, hold=hold, cooldown=cooldown)
+        try:
+            policy = Hysteresis(policy, hold=hold, cooldown=cooldown)
+        except ValueError as exc:
+            raise ValueError(f"policy {parsed.name}: {exc}") from None
     return policy

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from engine.config import TreeShape
+from policies.cost_model import CostModel, EngineIdentity, ForwardGrid, uniform_grid
+from tests.policies.synthetic import linear_cost
+
+GRID = ForwardGrid(batch_sizes=(1, 4), tokens=(1, 8), context_lens=(100, 1100),
+                   seconds=(((0.010, 0.020), (0.014, 0.030)), ((0.012, 0.026), (0.040, 0.080))))
+
+
+def test_hits_every_measured_point():
+    for b, batch in enumerate(GRID.batch_sizes):
+        for t, tokens in enumerate(GRID.tokens):
+            for c, ctx in enumerate(GRID.context_lens):
+                assert GRID(batch, tokens, ctx) == pytest.approx(GRID.seconds[b][t][c])
+
+
+def test_linear_between_points():
+    assert GRID(1, 1, 600) == pytest.approx(0.015)  # halfway along context
+    assert GRID(2.5, 1, 100) == pytest.approx(0.011)  # halfway along batch
+    assert GRID(1, 4.5, 100) == pytest.approx(0.012)  # halfway along tokens
+    # the centre of the cell: the mean of its 8 corners
+    assert GRID(2.5, 4.5, 600) == pytest.approx(sum(s for row in GRID.seconds for col in row for s in col) / 8)
+
+
+def test_extends_the_edge_segment_and_never_drops_below_the_fastest_point():
+    assert GRID(7, 1, 100) == pytest.approx(0.014)  # batch 4 -> 7 continues the 1 -> 4 slope
+    assert GRID(1, 1, 2100) == pytest.approx(0.030)
+    assert GRID(1, 1, 0) == pytest.approx(0.010)  # would extrapolate to 0.009: floored
+
+
+def test_single_point_axes_are_constant():
+    grid = ForwardGrid(batch_sizes=(1,), tokens=(1, 2), context_lens=(64,), seconds=(((0.1,), (0.2,)),))
+    assert grid(16, 1.5, 4096) == pytest.approx(0.15)
+
+
+def test_exact_on_linear_surfaces():
+    cost = linear_cost()
+    assert cost.verify_s(4, 12, 500) == pytest.approx(0.02 + 0.0005 * 12 + 2e-6 * 4 * 500)
+
+
+def test_draft_seconds():
+    cost = linear_cost()
+    one = cost.draft(2, 1, 300)  # type: ignore[misc]
+    assert cost.draft_s(2, 4, 300, "draft") == pytest.approx(4 * one)
+    # a tree feeds each depth's nodes: 1 (root), then 2, then 4 per request
+    tree = TreeShape(branching=(2, 2))
+    assert cost.draft_s(2, 3, 300, "draft", tree) == pytest.approx(
+        cost.draft(2, 1, 300) + cost.draft(2, 2, 300) + cost.draft(2, 4, 300))  # type: ignore[misc]
+    assert cost.draft_s(3, 8, 300, "ngram") == pytest.approx(3 * 2e-5)
+    assert cost.draft_s(3, 8, 300, "off") == 0.0
+    with pytest.raises(ValueError, match="no draft-model grid"):
+        linear_cost(draft=None).draft_s(1, 2, 100, "draft")
+
+
+def test_json_round_trip_keeps_the_engine_identity():
+    cost = linear_cost(target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", dtype="bfloat16")
+    again = CostModel.from_json(cost.to_json())
+    assert again == cost
+    assert again.engine == EngineIdentity(target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", dtype="bfloat16")
+    assert again.verify_s(3, 7, 333) == cost.verify_s(3, 7, 333)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d["target"].update(tokens=[8, 1]), "tokens: grid points must be strictly increasing"),
+    (lambda d: d["target"].update(seconds=[[[0.1]]]), "seconds: expected shape"),
+    (lambda d: d["target"]["seconds"][0][0].__setitem__(0, 0.0), "every measured time must be positive"),
+    (lambda d: d.update(version=7), "version: cost model version 7 is not supported"),
+    (lambda d: d["engine"].pop("target"), "engine.target"),
+    (lambda d: d.update(ngram_s=-1), "ngram_s"),
+])
+def test_bad_files_name_the_field(change, message):
+    data = json.loads(linear_cost().to_json())
+    change(data)
+    with pytest.raises(ValidationError) as err:
+        CostModel.from_json(json.dumps(data))
+    assert message in str(err.value)
+
+
+def test_uniform_grid_samples_the_function():
+    grid = uniform_grid((1, 2), (1,), (10, 20), lambda b, t, c: b + c / 10)
+    assert grid.seconds == (((2.0, 3.0),), ((3.0, 4.0),))

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+from engine.config import SpecConfig, TreeShape
+from engine.stats import StepStats
+from policies.cost_model import uniform_grid
+from policies.goodput import GoodputOptions, GoodputPolicy
+from tests.policies.synthetic import BATCHES, CONTEXTS, TOKENS, context, linear_cost, step_stats
+
+CHEAP = linear_cost()  # a 16-token verify costs ~1.4x a 1-token one
+# verifying t tokens costs more than t one-token steps: no acceptance can pay for it
+STEEP = CHEAP.model_copy(update={"target": uniform_grid(BATCHES, TOKENS, CONTEXTS,
+                                                        lambda b, t, c: 0.02 * (b * t) ** 1.2)})
+
+
+def run(policy: GoodputPolicy, steps: int, accept, batch: int = 1, start: int = 1) -> list[SpecConfig]:
+    """Decide, then observe ``accept(config)`` accepted tokens (of k proposed), for ``batch`` requests a step."""
+    decisions = []
+    for step in range(start, start + steps):
+        configs = [policy.decide(context(f"r{b}", batch_size=batch, output_len=step)) for b in range(batch)]
+        for b, config in enumerate(configs):
+            policy.observe(step_stats(config, accept(config), step=step, request_id=f"r{b}", batch_size=batch))
+        decisions += configs
+    return decisions
+
+
+def test_speculates_deep_when_acceptance_is_high_and_verify_cheap():
+    policy = GoodputPolicy(CHEAP, GoodputOptions(ks=(1, 2, 4, 8)))
+    decisions = run(policy, 200, accept=lambda c: c.k)
+    assert decisions[-1].speculative and decisions[-1].k == 8
+    assert sum(d.k == 8 and d.speculative for d in decisions[-100:]) == 100
+
+
+def test_turns_off_when_acceptance_is_near_zero():
+    policy = GoodputPolicy(CHEAP)
+    decisions = run(policy, 300, accept=lambda c: 0)
+    assert sum(d.speculative for d in decisions[-100:]) <= 100 * 2 / 48 + 2  # only the occasional probe
+    assert policy.acceptance("w", "draft")[0] < 0.1
+
+
+def test_turns_off_when_verification_is_expensive():
+    policy = GoodputPolicy(STEEP)
+    decisions = run(policy, 200, accept=lambda c: c.k)  # even perfect acceptance does not pay
+    assert sum(d.speculative for d in decisions) <= 200 * 2 / 48 + 2  # only the occasional probe
+    assert policy.expected_tokens_per_s("w", SpecConfig(method="ngram", k=4), 1, 128) < \
+        policy.expected_tokens_per_s("w", SpecConfig(), 1, 128)
+
+
+def test_batch_size_changes_the_choice():
+    # same acceptance (the prior), but verify cost grows steeply with the batch's tokens
+    policy = GoodputPolicy(linear_cost(per_token=0.004), GoodputOptions(methods=("ngram",), prior=0.7))
+    assert policy.decide(context(batch_size=1)).speculative
+    assert not policy.decide(context(batch_size=16)).speculative
+
+
+def test_probes_while_off_and_turns_back_on():
+    policy = GoodputPolicy(CHEAP, GoodputOptions(probe_every=20, probe_len=2))
+    off_phase = run(policy, 300, accept=lambda c: 0)
+    assert not off_phase[-1].speculative
+    probes = [d for d in off_phase[-200:] if d.speculative]
+    assert 0 < len(probes) <= 200 * 2 / 20 + 2
+    on_phase = run(policy, 600, accept=lambda c: c.k, start=301)
+    assert all(d.speculative for d in on_phase[-100:])
+
+
+def test_ngram_lookup_that_finds_nothing_is_a_miss():
+    policy = GoodputPolicy(CHEAP, GoodputOptions(methods=("ngram",)))
+    before = policy.acceptance("w", "ngram")[0]
+    config = policy.decide(context())
+    assert config.method == "ngram"
+    policy.observe(step_stats(config, 0, proposed=0))  # the engine reports it as method off, nothing proposed
+    assert policy.acceptance("w", "ngram")[0] < before
+
+
+def test_workloads_learn_separately():
+    policy = GoodputPolicy(CHEAP)
+    for step in range(1, 200):
+        for workload, accept in (("code", lambda c: c.k), ("prose", lambda c: 0)):
+            config = policy.decide(context(workload, workload, output_len=step))
+            policy.observe(step_stats(config, accept(config), step=step, request_id=workload, workload=workload))
+    assert policy.decide(context("code", "code")).speculative
+    assert not policy.decide(context("prose", "prose")).speculative
+
+
+def test_trees_win_when_the_second_choice_is_often_right():
+    wide = TreeShape(branching=(4,))
+    policy = GoodputPolicy(CHEAP, GoodputOptions(methods=("draft",), trees=(TreeShape(), wide), ks=(2, 4)))
+    # the draft's argmax is wrong at depth 1, but the true token is always among its top 4; deeper it is right
+    for step in range(1, 300):
+        config = policy.decide(context(output_len=step))
+        if not config.speculative:
+            policy.observe(step_stats(config, 0, step=step))
+            continue
+        accepted = config.k if config.tree.branching_at(1) >= 4 else 0
+        nodes = config.tree.max_nodes(config.k)
+        policy.observe(StepStats(step, "r0", "w", 1, 128, "draft", config.k, nodes, accepted,
+                                 tuple(1 if d < accepted else 0 for d in range(config.k)), accepted + 1, 1 + nodes,
+                                 1 + nodes, 0.01, 0.03, float(step)))
+    choice = policy.decide(context())
+    assert choice.speculative and choice.tree == wide
+    assert policy.acceptance("w", "draft", width=1)[0] < 0.1 < 0.9 < policy.acceptance("w", "draft", width=4)[0]
