@@ -267,10 +267,10 @@ def test_smollm2_loads_from_cache_and_answers() -> None:
 
 
 @pytest.mark.model
-def test_gguf_path_round_trip(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SPECTUNE_CACHE_DIR")
-    source = gguf_path("smollm2-135m")
+def test_gguf_path_round_trip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     registered = load_model("smollm2-135m", device="cpu")
+    source = gguf_path("smollm2-135m")
+    isolated_cache = tmp_path / "cache"
     monkeypatch.setenv("SPECTUNE_CACHE_DIR", str(isolated_cache))
     converted = gguf_conversion_dir(source)
     converted.mkdir(parents=True)
