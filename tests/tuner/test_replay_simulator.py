@@ -1,0 +1,142 @@
+"""The batched replay loop: continuous batching, the contexts and stats policies see, and step pricing."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import OFF, SpecConfig
+from engine.policy import DecisionContext
+from engine.stats import StepStats
+from policies.static import StaticPolicy
+from tests.policies.synthetic import linear_cost, make_trace
+from tuner.replay import ReplayError, check_identity, oracle_cell, replay_all, replay_cell, static_grid
+
+COST = linear_cost()
+PROMPT = tuple(range(100, 170))  # 70 tokens: contexts stay inside the cost grid
+RANKS = [0, 0, 1, 0, 0, 0, 0, 2, 0, 0]
+
+
+def verify(batch: int, tokens: int, ctx: int) -> float:
+    return 0.02 + 0.0005 * tokens + 2e-6 * batch * ctx
+
+
+def draft_forward(batch: int, tokens: int, ctx: int) -> float:
+    return 0.006 + 0.0002 * batch * tokens + 5e-7 * batch * ctx
+
+
+class Recorder:
+    """Wraps a config chooser and records every call, as a live engine's policy would see them."""
+
+    def __init__(self, choose=lambda ctx: OFF) -> None:
+        self.choose = choose
+        self.contexts: list[DecisionContext] = []
+        self.stats: list[StepStats] = []
+
+    def decide(self, ctx: DecisionContext) -> SpecConfig:
+        self.contexts.append(ctx)
+        return self.choose(ctx)
+
+    def observe(self, stats: StepStats) -> None:
+        self.stats.append(stats)
+
+
+def test_single_request_chain_steps_and_prices():
+    trace = make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS)
+    policy = Recorder(lambda ctx: SpecConfig(method="draft", k=3))
+    cell = replay_cell([trace], policy, COST, 1, "static")
+    # depths 3, 3, 2, 1 at p = 0, 3, 7, 8 (see test_replay_outcome); context = 70 + p - 1
+    expected = [(3, 2, 69), (3, 3, 72), (2, 0, 76), (1, 1, 77)]
+    seconds = sum(depth * draft_forward(1, 1, ctx) + verify(1, 1 + depth, ctx) for depth, _, ctx in expected)
+    assert [(s.k, s.accepted_tokens, s.context_len) for s in policy.stats] == expected
+    assert cell.steps == 4 and cell.emitted_tokens == 10 and cell.accepted_tokens == 6 and cell.drafts == 4
+    assert cell.seconds == pytest.approx(seconds)
+    assert cell.tokens_per_s == pytest.approx(10 / seconds)
+    assert cell.mean_acceptance_length == pytest.approx(1 + 6 / 4)
+    assert cell.config == "draft k=3 chain"
+
+
+def test_continuous_batching_and_decision_contexts():
+    traces = [make_trace(range(3), prompt=PROMPT, request_id="a"), make_trace(range(5), prompt=PROMPT, request_id="b"),
+              make_trace(range(1), prompt=PROMPT[:66], request_id="c")]
+    policy = Recorder()
+    cell = replay_cell(traces, policy, COST, 2, "off")
+    seen = [(c.request_id, c.batch_size, c.output_len, c.context_len, c.request_step) for c in policy.contexts]
+    assert seen == [("a", 2, 0, 69, 0), ("b", 2, 0, 69, 0), ("a", 2, 1, 70, 1), ("b", 2, 1, 70, 1),
+                    ("a", 2, 2, 71, 2), ("b", 2, 2, 71, 2), ("b", 2, 3, 72, 3), ("c", 2, 0, 65, 0),
+                    ("b", 1, 4, 73, 4)]
+    assert [c.last for c in policy.contexts[:2]] == [None, None]
+    assert policy.contexts[2].last == policy.stats[0]  # a request sees its own previous step
+    assert cell.steps == 5 and cell.emitted_tokens == 9 and cell.requests == 3
+    assert [s.step for s in policy.stats] == [1, 1, 2, 2, 3, 3, 4, 4, 5]
+    step_seconds = [verify(2, 2, 69), verify(2, 2, 70), verify(2, 2, 71), verify(2, 2, 72), verify(1, 1, 73)]
+    assert cell.seconds == pytest.approx(sum(step_seconds))
+    assert policy.stats[-1].timestamp == pytest.approx(sum(step_seconds))  # the simulated clock
+
+
+def test_step_stats_match_the_engine_fields():
+    trace = make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS, request_id="x", workload="code")
+    policy = Recorder(lambda ctx: SpecConfig(method="draft", k=3))
+    replay_cell([trace], policy, COST, 4, "static")
+    first = policy.stats[0]
+    assert (first.request_id, first.workload, first.batch_size, first.method) == ("x", "code", 1, "draft")
+    assert first.accepted_per_position == (1, 1, 0)
+    assert (first.draft_tokens, first.verify_tokens, first.batch_verify_tokens, first.emitted_tokens) == (3, 4, 4, 3)
+    assert first.draft_s == pytest.approx(3 * draft_forward(1, 1, 69))
+    assert first.verify_s == pytest.approx(verify(1, 4, 69))
+
+
+def test_mixed_methods_share_the_step():
+    traces = [make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS, request_id="d"),
+              make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS, request_id="n")]
+    configs = {"d": SpecConfig(method="draft", k=2), "n": SpecConfig(method="ngram", k=4)}
+    policy = Recorder(lambda ctx: configs[ctx.request_id])
+    replay_cell(traces, policy, COST, 2, "mixed")
+    d, n = policy.stats[:2]
+    assert n.method == "off" and n.draft_tokens == 0  # the lookup finds nothing in these tokens
+    # the draft model drafts for the whole (padded) batch; the n-gram lookup is priced per request that ran one
+    assert d.draft_s == pytest.approx(2 * draft_forward(2, 1, 69) + 2e-5)
+    assert d.verify_s == pytest.approx(verify(2, 3 + 1, 69))
+    assert d.draft_s == n.draft_s and d.verify_s == n.verify_s
+
+
+def test_max_batch_size_applies_as_in_the_engine():
+    traces = [make_trace(range(10, 10 + n), prompt=PROMPT, ranks=RANKS[:n], request_id=str(n)) for n in (2, 10, 10)]
+    policy = Recorder(lambda ctx: SpecConfig(method="draft", k=3, max_batch_size=2))
+    replay_cell(traces, policy, COST, 3, "capped")
+    assert {s.method for s in policy.stats if s.batch_size == 3} == {"off"}
+    assert {s.method for s in policy.stats if s.batch_size < 3} == {"draft"}
+
+
+def test_identity_mismatch_is_refused():
+    with pytest.raises(ReplayError, match="target 'other' differs from the cost model's 't'"):
+        check_identity([make_trace([1], target="other")], COST)
+    with pytest.raises(ReplayError, match="dtype 'fp32'"):
+        check_identity([make_trace([1], dtype="fp32")], COST)
+    with pytest.raises(ReplayError, match="draft 'x'"):
+        check_identity([make_trace([1], ranks=[0], draft="x")], COST)
+
+
+def test_policy_choosing_draft_on_ngram_traces_is_refused():
+    with pytest.raises(ReplayError, match="no draft ranks"):
+        replay_cell([make_trace(range(5), prompt=PROMPT)], StaticPolicy(SpecConfig(method="draft")), COST, 1, "s")
+
+
+def test_oracle_is_the_best_static_config():
+    traces = [make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS, request_id=str(i)) for i in range(3)]
+    best, results = oracle_cell(traces, COST, 2)
+    assert len(results) == len(static_grid(traces))
+    assert best.policy == "oracle"
+    assert best.tokens_per_s == max(r.tokens_per_s for r in results)
+    assert best.config in {r.config for r in results}
+    assert not any(c.method == "draft" for c in static_grid([make_trace(range(5))]))  # no ranks, no draft configs
+
+
+def test_replay_all_gives_one_cell_per_workload_batch_and_policy():
+    traces = [make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS, request_id=str(i), workload=w)
+              for w in ("code", "prose") for i in range(2)]
+    policies = ["static:method=draft,k=2", "heuristic"]
+    cells = replay_all(traces, policies, COST, [1, 4], oracle=True)
+    assert [(c.workload, c.batch_size, c.policy) for c in cells] == [
+        (w, b, p) for w in ("code", "prose") for b in (1, 4) for p in (*policies, "oracle")]
+    static = cells[0]
+    assert static.config == "draft k=2 chain" and static.steps > 0
