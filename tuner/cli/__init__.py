@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from tuner.cli.engine import serve
+from tuner.cli.generate import generate
 from tuner.cli.engines import engine_app, engines_app
 from tuner.cli.models import models_app
 from tuner.cli.replay import replay
@@ -17,6 +18,7 @@ app.add_typer(engines_app, name="engines")
 app.add_typer(engine_app, name="engine")
 engine_app.command("serve")(serve)
 app.command("replay")(replay)
+app.command("generate")(generate)
 
 
 def main() -> None:
