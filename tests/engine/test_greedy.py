@@ -146,7 +146,8 @@ def test_stop_token_ends_request(target, reference):
 def test_step_statistics_are_consistent(target):
     engine = SpecEngine(target, tiny_model(1), max_batch=2)
     for i, p in enumerate(PROMPTS[:2]):
-        engine.add(Request(str(i), p, SamplingParams(max_new_tokens=12, ignore_eos=True), SpecConfig(method="draft", k=3)))
+        params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+        engine.add(Request(str(i), p, params, SpecConfig(method="draft", k=3)))
     totals = {"0": 0, "1": 0}
     while engine.has_work():
         outs = engine.step()

@@ -25,7 +25,7 @@ def tv_bound(support: int, n: int) -> float:
 
 
 def draw_with_draft(p: torch.Tensor, q: torch.Tensor | None, tokens: list[int], gen: torch.Generator) -> int:
-    """One step: propose ``tokens`` in turn (sampled from q, or one-hot when q is None), judge, fall back to residual."""
+    """One step: propose ``tokens`` in turn (drawn from q, or one-hot when q is None), judge, fall back to residual."""
     current = p
     for token in tokens:
         verdict = judge(current, token, q, gen)

@@ -25,7 +25,8 @@ def tiny_model(seed: int = 0, vocab: int = 96, arch: str = "qwen2", dtype: torch
     return LoadedModel.from_model(model, name=f"tiny-{arch}-{seed}")
 
 
-def plain_greedy(loaded: LoadedModel, prompt: list[int], max_new_tokens: int, stop: set[int] | None = None) -> list[int]:
+def plain_greedy(loaded: LoadedModel, prompt: list[int], max_new_tokens: int,
+                 stop: set[int] | None = None) -> list[int]:
     """Reference: no cache, one full forward per token."""
     stop = loaded.eos_token_ids if stop is None else stop
     ids = list(prompt)

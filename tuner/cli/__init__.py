@@ -6,8 +6,8 @@ from __future__ import annotations
 import typer
 
 from tuner.cli.engine import serve
-from tuner.cli.generate import generate
 from tuner.cli.engines import engine_app, engines_app
+from tuner.cli.generate import generate
 from tuner.cli.models import models_app
 from tuner.cli.replay import replay
 

@@ -76,8 +76,8 @@ def generate(
     }
     if "off" in results:
         off_ids, off = results["off"]
-        report["baseline"] = {"tokens_per_s": round(off.tokens_per_s, 3), "steps": off.steps,
-                              "speedup": round(summary.tokens_per_s / off.tokens_per_s, 3) if off.tokens_per_s else None,
+        speedup = round(summary.tokens_per_s / off.tokens_per_s, 3) if off.tokens_per_s else None
+        report["baseline"] = {"tokens_per_s": round(off.tokens_per_s, 3), "steps": off.steps, "speedup": speedup,
                               "identical": off_ids == out_ids}
     if as_json:
         print(json.dumps(report))
