@@ -1,0 +1,116 @@
+"""Replay against the live engine (tiny random models): a static config replays to the live run's step count and
+accepted tokens exactly, and a policy makes the same decisions live and in replay given the same statistics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.config import SpecConfig, TreeShape
+from engine.engine import Request, SpecEngine
+from engine.models.loaded import LoadedModel
+from engine.policy import DecisionContext, SpecPolicy
+from engine.sampling import SamplingParams
+from engine.stats import StepStats
+from policies.registry import build_policy
+from policies.static import StaticPolicy
+from tests.engine.tiny import tiny_model
+from tests.policies.synthetic import linear_cost
+from tuner.replay import replay_cell
+from tuner.traces import Trace
+
+torch.set_grad_enabled(False)
+
+PROMPTS = [[3, 4, 5, 6, 7, 3, 4, 5], [10, 11, 12], [20, 21, 22, 23, 24, 25, 26, 27, 28, 20, 21], [5],
+           [40, 41, 42, 43, 40, 41, 42, 43, 40, 41]]
+NEW_TOKENS = 16
+RANK_CAP = 8
+COST = linear_cost(target="tiny-qwen2-1", draft="noisy-tiny-qwen2-1", dtype="float64")
+
+
+class Recording:
+    """Passes calls through to a policy and records each request's decisions in order."""
+
+    def __init__(self, inner: SpecPolicy) -> None:
+        self.inner = inner
+        self.decisions: dict[str, list[SpecConfig]] = {}
+        self.stats: dict[str, list[StepStats]] = {}
+
+    def decide(self, ctx: DecisionContext) -> SpecConfig:
+        config = self.inner.decide(ctx).at_batch_size(ctx.batch_size)
+        self.decisions.setdefault(ctx.request_id, []).append(config)
+        return config
+
+    def observe(self, stats: StepStats) -> None:
+        self.stats.setdefault(stats.request_id, []).append(stats)
+        self.inner.observe(stats)
+
+
+@pytest.fixture(scope="module")
+def models() -> tuple[LoadedModel, LoadedModel]:
+    target = tiny_model(1)
+    draft = tiny_model(1)
+    noise = torch.Generator().manual_seed(0)
+    for param in draft.model.parameters():  # a draft that agrees with the target often, not always
+        param.add_(torch.randn(param.shape, generator=noise, dtype=param.dtype) * 0.3 * param.std())
+    return target, draft
+
+
+def live(models, policy: SpecPolicy, max_batch: int) -> dict[str, list[int]]:
+    target, draft = models
+    engine = SpecEngine(target, draft, policy=policy, max_batch=max_batch)
+    result = engine.run([Request(str(i), p, SamplingParams(max_new_tokens=NEW_TOKENS)) for i, p in enumerate(PROMPTS)])
+    return {rid: tokens for rid, (tokens, _) in result.items()}
+
+
+def record_traces(models, outputs: dict[str, list[int]]) -> list[Trace]:
+    """What the recorder stores: the outputs plus the draft's teacher-forced rank of every true token."""
+    target, draft = models
+    traces = []
+    for i, prompt in enumerate(PROMPTS):
+        output = outputs[str(i)]
+        logits = draft.model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1: len(prompt) - 1 + len(output)]
+        true = logits.gather(1, torch.tensor(output)[:, None])
+        probs = torch.softmax(logits, -1)
+        traces.append(Trace(
+            version=1, workload="w", request_id=str(i), prompt_ids=tuple(prompt), output_ids=tuple(output),
+            max_new_tokens=NEW_TOKENS, eos_token_ids=tuple(sorted(target.eos_token_ids)), target="tiny-qwen2-1",
+            draft="noisy-tiny-qwen2-1", dtype="float64", rank_cap=RANK_CAP,
+            draft_rank=tuple(min(int(r), RANK_CAP) for r in (logits > true).sum(1)),
+            draft_top_prob=tuple(float(p) for p in probs.max(1).values),
+            draft_true_prob=tuple(float(p) for p in probs.gather(1, torch.tensor(output)[:, None])[:, 0])))
+    return traces
+
+
+def compare(models, make_policy, max_batch: int) -> Recording:
+    live_policy = Recording(make_policy())
+    outputs = live(models, live_policy, max_batch)
+    traces = record_traces(models, outputs)
+    assert any(t.output_ids[-1] in t.stop_ids and len(t.output_ids) < NEW_TOKENS for t in traces)  # a stop case
+    replay_policy = Recording(make_policy())
+    replay_cell(traces, replay_policy, COST, max_batch, "live-check")
+    assert replay_policy.decisions == live_policy.decisions
+    for rid, steps in live_policy.stats.items():
+        fields = [(s.step, s.batch_size, s.context_len, s.method, s.k, s.draft_tokens, s.accepted_tokens,
+                   s.accepted_per_position, s.emitted_tokens, s.verify_tokens, s.batch_verify_tokens) for s in steps]
+        replayed = [(s.step, s.batch_size, s.context_len, s.method, s.k, s.draft_tokens, s.accepted_tokens,
+                     s.accepted_per_position, s.emitted_tokens, s.verify_tokens, s.batch_verify_tokens)
+                    for s in replay_policy.stats[rid]]
+        assert replayed == fields, rid
+    return live_policy
+
+
+@pytest.mark.parametrize("config", [
+    SpecConfig(method="draft", k=4),
+    SpecConfig(method="draft", k=3, tree=TreeShape(branching=(2, 2))),
+    SpecConfig(method="ngram", k=4, min_n=1, max_n=3),
+    SpecConfig(method="ngram", k=3, tree=TreeShape(branching=(2,))),
+], ids=lambda c: c.label())
+def test_static_config_replays_the_live_run_exactly(models, config):
+    compare(models, lambda: StaticPolicy(config), max_batch=3)
+
+
+@pytest.mark.parametrize("spec", ["heuristic", "goodput:ks=1+2+4", "goodput:methods=ngram,hold=2"])
+def test_policy_decides_the_same_live_and_in_replay(models, spec):
+    recorded = compare(models, lambda: build_policy(spec, COST), max_batch=2)
+    assert len({c for configs in recorded.decisions.values() for c in configs}) > 1  # it did adapt
