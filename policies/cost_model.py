@@ -128,20 +128,26 @@ class CostModel(BaseModel):
         ``draft``: one draft forward per depth; forward ``d`` feeds each request the nodes of depth ``d - 1`` (1 for
         the root, so a chain costs ``k`` one-token forwards). ``ngram``: a measured constant per request. ``off``: 0.
         """
+        return self.draft_s_by_depth(batch_size, k, context_len, method, tree)[-1] if k > 0 else 0.0
+
+    def draft_s_by_depth(self, batch_size: int, k: int, context_len: float, method: str,
+                         tree: TreeShape | None = None) -> list[float]:
+        """``draft_s`` for every depth 0..k at once (what a policy comparing depths needs)."""
         if method == "off" or k <= 0 or batch_size <= 0:
-            return 0.0
+            return [0.0] * (max(k, 0) + 1)
         if method == "ngram":
-            return self.ngram_s * batch_size
+            return [0.0] + [self.ngram_s * batch_size] * k
         if method != "draft":
             raise ValueError(f"method: unknown speculation method {method!r}")
         if self.draft is None:
             raise ValueError("cost model has no draft-model grid (calibrate with --draft to price method=draft)")
         shape = tree or TreeShape()
-        total, width = 0.0, 1
+        out, total, width = [0.0], 0.0, 1
         for depth in range(1, k + 1):
             total += self.draft(batch_size, width, context_len)
+            out.append(total)
             width *= shape.branching_at(depth)
-        return total
+        return out
 
     @classmethod
     def from_json(cls, text: str | bytes) -> CostModel:

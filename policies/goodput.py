@@ -87,15 +87,19 @@ class _Estimates:
         self.choices: dict[tuple[int, int], tuple[int, SpecConfig, SpecConfig | None]] = {}
 
 
-class _Candidate:
-    __slots__ = ("config", "method", "tree", "k", "nodes")
+class _Group:
+    """Candidates sharing a method and tree shape: they differ only in depth, so one pass prices them all."""
 
-    def __init__(self, config: SpecConfig) -> None:
-        self.config = config
-        self.method = config.method
-        self.tree = config.tree
-        self.k = config.k
-        self.nodes = config.tree.max_nodes(config.k)
+    __slots__ = ("method", "tree", "ks", "max_k", "nodes", "configs")
+
+    def __init__(self, method: str, tree: TreeShape, ks: tuple[int, ...], options: GoodputOptions) -> None:
+        self.method = method
+        self.tree = tree
+        self.ks = ks
+        self.max_k = max(ks)
+        self.nodes = {k: tree.max_nodes(k) for k in ks}
+        self.configs = {k: SpecConfig(method=method, k=k, tree=tree, min_n=options.min_n, max_n=options.max_n,
+                                      max_batch_size=options.max_batch_size) for k in ks}
 
 
 class GoodputPolicy(Policy):
@@ -107,19 +111,14 @@ class GoodputPolicy(Policy):
         self.cost = cost_model
         self.options = opts = options or GoodputOptions()
         self.off = SpecConfig(max_batch_size=opts.max_batch_size)
-        self.candidates: list[_Candidate] = []
-        for method in opts.methods:
-            for tree in opts.trees if method == "draft" else (CHAIN,):
-                for k in opts.ks:
-                    self.candidates.append(_Candidate(SpecConfig(
-                        method=method, k=k, tree=tree, min_n=opts.min_n, max_n=opts.max_n,
-                        max_batch_size=opts.max_batch_size)))
+        self.groups = [_Group(method, tree, opts.ks, opts) for method in opts.methods
+                       for tree in (opts.trees if method == "draft" else (CHAIN,))]
         widths = sorted({1} | {b for t in opts.trees for b in (t.branching or ())})
         self._widths = widths
         self._keys = [(m, w) for m in opts.methods for w in widths]
         self._workloads: dict[str, _Estimates] = {}
         self._pending: dict[str, SpecConfig] = {}
-        self._draft_cost: dict[tuple[int, int, int], float] = {}
+        self._draft_cost: dict[tuple[int, int, int], list[float]] = {}  # (batch, bucket, group) -> by depth
         self._verify_cost: dict[tuple[int, int, float], float] = {}
 
     @classmethod
@@ -152,27 +151,35 @@ class GoodputPolicy(Policy):
         bucket = max(context_len, 0) // CONTEXT_BUCKET
         if not config.speculative:
             return 1.0 / self._verify(batch_size, bucket, 0.0)
-        return self._score(est, _Candidate(config), batch_size, bucket)
+        accepted = self._accepted_by_depth(est, config.method, config.tree, config.k)[config.k]
+        nodes = config.tree.max_nodes(config.k) * (est.fill if config.method == "ngram" else 1.0)
+        seconds = self.cost.draft_s(batch_size, config.k, (bucket + 0.5) * CONTEXT_BUCKET, config.method,
+                                    config.tree) + self._verify(batch_size, bucket, nodes)
+        return (1.0 + accepted) / seconds
 
     def _evaluate(self, est: _Estimates, batch: int, bucket: int) -> tuple[SpecConfig, SpecConfig | None]:
         off_score = 1.0 / self._verify(batch, bucket, 0.0)
         best_spec, best_score = None, 0.0
-        for cand in self.candidates:
-            score = self._score(est, cand, batch, bucket)
-            if score > best_score:
-                best_spec, best_score = cand.config, score
+        for index, group in enumerate(self.groups):
+            accepted = self._accepted_by_depth(est, group.method, group.tree, group.max_k)
+            drafting = self._draft(batch, bucket, index)
+            fill = est.fill if group.method == "ngram" else 1.0
+            for k in group.ks:
+                score = (1.0 + accepted[k]) / (drafting[k] + self._verify(batch, bucket, group.nodes[k] * fill))
+                if score > best_score:
+                    best_spec, best_score = group.configs[k], score
         if best_spec is not None and best_score > off_score * (1.0 + self.options.margin):
             return best_spec, best_spec
         return self.off, best_spec
 
-    def _score(self, est: _Estimates, cand: _Candidate, batch: int, bucket: int) -> float:
-        accepted, run = 0.0, 1.0
-        for depth in range(1, cand.k + 1):
-            run *= self._alpha(est, cand.method, cand.tree.branching_at(depth), depth)
+    def _accepted_by_depth(self, est: _Estimates, method: str, tree: TreeShape, k: int) -> list[float]:
+        """Expected accepted tokens E[a] for every depth 0..k."""
+        out, accepted, run = [0.0], 0.0, 1.0
+        for depth in range(1, k + 1):
+            run *= self._alpha(est, method, tree.branching_at(depth), depth)
             accepted += run
-        nodes = cand.nodes * est.fill if cand.method == "ngram" else float(cand.nodes)
-        seconds = self._draft(batch, bucket, cand) + self._verify(batch, bucket, nodes)
-        return (1.0 + accepted) / seconds
+            out.append(accepted)
+        return out
 
     def _alpha(self, est: _Estimates, method: str, width: int, depth: int) -> float:
         """Conditional acceptance at ``depth`` with ``width`` children; a wider node accepts at least what a narrower
@@ -186,11 +193,13 @@ class GoodputPolicy(Policy):
                 best = value
         return best
 
-    def _draft(self, batch: int, bucket: int, cand: _Candidate) -> float:
-        key = (batch, bucket, id(cand))
+    def _draft(self, batch: int, bucket: int, index: int) -> list[float]:
+        key = (batch, bucket, index)
         value = self._draft_cost.get(key)
         if value is None:
-            value = self.cost.draft_s(batch, cand.k, (bucket + 0.5) * CONTEXT_BUCKET, cand.method, cand.tree)
+            group = self.groups[index]
+            value = self.cost.draft_s_by_depth(batch, group.max_k, (bucket + 0.5) * CONTEXT_BUCKET, group.method,
+                                               group.tree)
             self._draft_cost[key] = value
         return value
 

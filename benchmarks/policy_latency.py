@@ -1,0 +1,75 @@
+"""Microseconds per decide + observe for every policy (target: <= 50 us), on a synthetic but busy stream: 8
+concurrent requests over 2 workloads, contexts growing, acceptance varying step to step.
+
+    .venv/bin/python benchmarks/policy_latency.py [--steps 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from engine.config import OFF
+from engine.policy import DecisionContext
+from engine.stats import StepStats
+from policies.cost_model import CostModel, EngineIdentity, uniform_grid
+from policies.registry import build_policy
+
+SPECS = ["static:method=ngram,k=4", "heuristic", "goodput", "goodput:trees=chain+2x2+4", "bandit",
+         "goodput:hold=3,cooldown=16"]
+BATCH = 8
+
+
+def cost_model() -> CostModel:
+    """Shaped like MEASURED.md's bf16 CPU curves: 275 ms for 1 token, +8 ms per extra token, +16% per batch
+    doubling; the draft costs 0.4x the target."""
+    def target(b: float, t: float, c: float) -> float:
+        return 0.275 * (1 + 0.16 * (b - 1) / 2) + 0.008 * (b * t - b) + 2e-5 * b * c
+
+    grid = (1, 2, 4, 8, 16), (1, 2, 4, 8, 16, 32), (64, 256, 1024, 4096)
+    return CostModel(engine=EngineIdentity(target="synthetic", draft="synthetic-draft", dtype="bfloat16"),
+                     target=uniform_grid(*grid, target),
+                     draft=uniform_grid(*grid, lambda b, t, c: 0.4 * target(b, t, c)), ngram_s=3e-5)
+
+
+def measure(spec: str, cost: CostModel, steps: int) -> list[float]:
+    policy = build_policy(spec, cost)
+    samples = []
+    last: dict[str, StepStats | None] = {}
+    for step in range(1, steps + 1):
+        for b in range(BATCH):
+            rid = f"{b}-{step // 97}"  # requests finish and new ones arrive
+            workload = "code" if b % 2 else "prose"
+            ctx = DecisionContext(rid, workload, BATCH, 200 + step % 3000, 120, step % 97, step % 97, OFF,
+                                  last.get(rid))
+            accepted = (step * 31 + b * 7) % 5
+            t0 = time.perf_counter_ns()
+            config = policy.decide(ctx)
+            t1 = time.perf_counter_ns()
+            k = config.k if config.speculative else 0
+            a = min(accepted, k)
+            stats = StepStats(step, rid, workload, BATCH, ctx.context_len, config.method if k else "off", k, k, a,
+                              tuple(1 if d < a else 0 for d in range(k)), a + 1, 1 + k, BATCH * (1 + k),
+                              0.01 * k, 0.3, float(step))
+            t2 = time.perf_counter_ns()
+            policy.observe(stats)
+            samples.append((t1 - t0 + time.perf_counter_ns() - t2) / 1000)
+            last[rid] = stats
+    return samples[len(samples) // 10:]  # drop the warm-up tenth
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4000, help="engine steps per policy (8 decisions each)")
+    args = parser.parse_args()
+    cost = cost_model()
+    print(f"{'policy':<30} {'median us':>10} {'p99 us':>10} {'decisions':>10}")
+    for spec in SPECS:
+        samples = sorted(measure(spec, cost, args.steps))
+        p99 = samples[int(0.99 * (len(samples) - 1))]
+        print(f"{spec:<30} {statistics.median(samples):>10.1f} {p99:>10.1f} {len(samples):>10}")
+
+
+if __name__ == "__main__":
+    main()
