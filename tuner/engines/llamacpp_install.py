@@ -94,9 +94,11 @@ def install_llama_server(jobs: int = 2, install: LlamaCppInstall | None = None,
         return install
     cmake, ninja = check_toolchain()
     install.root.mkdir(parents=True, exist_ok=True)
-    with _locked(install.root.parent / f"{install.root.name}.lock"):
+    with _locked(install.root.parent / f"{install.root.name}.lock", progress):
         if install.installed:  # another process finished the build while we waited
             return install
+        for stale in install.root.glob("build-*"):  # left by a killed build; we hold the lock, so none is in use
+            shutil.rmtree(stale, ignore_errors=True)
         with tempfile.TemporaryDirectory(prefix="build-", dir=install.root) as work:
             source = _fetch_source(Path(work), progress)
             started = time.monotonic()
@@ -111,9 +113,13 @@ def install_llama_server(jobs: int = 2, install: LlamaCppInstall | None = None,
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path, progress: Progress) -> Iterator[None]:
     with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress("another process is building llama-server; waiting for it")
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
