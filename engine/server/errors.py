@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from engine.engine import EngineInputError
+from engine.prompts import PromptError
 from engine.server.scheduler import EngineUnavailable
 
 
@@ -61,7 +62,8 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status, exc.message, exc.param, exc.headers)
 
     @app.exception_handler(EngineInputError)
-    async def _engine_input(_: Request, exc: EngineInputError) -> JSONResponse:
+    @app.exception_handler(PromptError)
+    async def _bad_input(_: Request, exc: ValueError) -> JSONResponse:
         return error_response(400, str(exc), _param_of(str(exc)))
 
     @app.exception_handler(EngineUnavailable)

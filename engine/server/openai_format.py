@@ -8,26 +8,20 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from engine.prompts import encode_chat, encode_text
 from engine.sampling import SamplingParams
 from engine.server.errors import ApiError
 from engine.server.scheduler import Final
-from engine.server.schemas import ChatMessage, GenerationFields
+from engine.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationFields
 
 DEFAULT_MAX_TOKENS = {"completion": 16, "chat": 256}
 
 
-def encode_prompt(tokenizer: Any, prompt: str | list[int]) -> list[int]:
-    if isinstance(prompt, list):
-        return list(prompt)
-    return list(tokenizer.encode(prompt))
-
-
-def encode_chat(tokenizer: Any, messages: list[ChatMessage]) -> list[int]:
-    if not getattr(tokenizer, "chat_template", None):
-        raise ApiError(400, "messages: the model's tokenizer has no chat template; use /v1/completions", "messages")
-    text = tokenizer.apply_chat_template([m.model_dump(exclude_none=True) for m in messages], tokenize=False,
-                                         add_generation_prompt=True)
-    return list(tokenizer.encode(text, add_special_tokens=False))
+def prompt_ids(tokenizer: Any, body: CompletionRequest | ChatCompletionRequest) -> list[int]:
+    """Token ids of a completion prompt (text or ids) or of chat messages under the model's chat template."""
+    if isinstance(body, ChatCompletionRequest):
+        return encode_chat(tokenizer, [m.model_dump(exclude_none=True) for m in body.messages])
+    return list(body.prompt) if isinstance(body.prompt, list) else encode_text(tokenizer, body.prompt)
 
 
 def sampling_params(body: GenerationFields, kind: str, prompt_len: int, max_context: int) -> SamplingParams:

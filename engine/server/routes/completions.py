@@ -14,9 +14,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from engine.engine import Request as EngineRequest
 from engine.server.deps import State
 from engine.server.errors import ApiError
-from engine.server.openai_format import SSE_DONE, Envelope, encode_chat, encode_prompt, sampling_params, sse
+from engine.server.openai_format import SSE_DONE, Envelope, prompt_ids, sampling_params, sse
 from engine.server.scheduler import Delta, EngineUnavailable, Event, Failure, Final
-from engine.server.schemas import ChatCompletionRequest, CompletionRequest, GenerationFields, WorkloadName
+from engine.server.schemas import ChatCompletionRequest, CompletionRequest, WorkloadName
 from engine.server.state import ServerState
 
 router = APIRouter(prefix="/v1", tags=["generation"])
@@ -27,31 +27,30 @@ WorkloadHeader = Annotated[WorkloadName | None, Header(alias="X-Spectune-Workloa
 @router.post("/completions")
 async def completions(body: CompletionRequest, request: Request, state: State,
                       workload: WorkloadHeader = None) -> Response:
-    prompt_ids = encode_prompt(state.tokenizer, body.prompt)
-    return await _generate(state, request, body, "completion", prompt_ids, workload)
+    return await _generate(state, request, body, "completion", workload)
 
 
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request, state: State,
                            workload: WorkloadHeader = None) -> Response:
-    prompt_ids = encode_chat(state.tokenizer, body.messages)
-    return await _generate(state, request, body, "chat", prompt_ids, workload)
+    return await _generate(state, request, body, "chat", workload)
 
 
-async def _generate(state: ServerState, request: Request, body: GenerationFields, kind: str, prompt_ids: list[int],
+async def _generate(state: ServerState, request: Request, body: CompletionRequest | ChatCompletionRequest, kind: str,
                     header_workload: str | None) -> Response:
     if body.model is not None and body.model not in state.model_names:
         raise ApiError(404, f"model: {body.model!r} is not served here; this server serves {state.model_id!r}",
                        "model")
     workload = body.workload or header_workload or "default"
-    params = sampling_params(body, kind, len(prompt_ids), state.engine.target.max_context)
+    ids = prompt_ids(state.tokenizer, body)
+    params = sampling_params(body, kind, len(ids), state.engine.target.max_context)
     request_id = f"{'cmpl' if kind == 'completion' else 'chatcmpl'}-{uuid.uuid4().hex}"
-    engine_request = EngineRequest(request_id, prompt_ids, params, state.table.lookup(workload), workload)
+    engine_request = EngineRequest(request_id, ids, params, state.table.lookup(workload), workload)
     queue = state.scheduler.submit(engine_request, tuple(body.stop))
     envelope = Envelope.of(request_id, kind, state.model_id, body)
     if body.stream:
-        return StreamingResponse(_stream(state, envelope, queue, len(prompt_ids)), media_type="text/event-stream")
-    return await _answer(state, request, envelope, queue, len(prompt_ids))
+        return StreamingResponse(_stream(state, envelope, queue, len(ids)), media_type="text/event-stream")
+    return await _answer(state, request, envelope, queue, len(ids))
 
 
 async def _answer(state: ServerState, request: Request, envelope: Envelope, queue: asyncio.Queue[Event],
