@@ -23,24 +23,31 @@ def run(policy: GoodputPolicy, steps: int, accept, batch: int = 1, start: int = 
     return decisions
 
 
+def probing_loss(policy: GoodputPolicy, decisions: list[SpecConfig]) -> float:
+    """Mean throughput given up against off, priced with the policy's final estimates."""
+    off = policy.expected_tokens_per_s("w", SpecConfig(), 1, 128)
+    return sum(max(0.0, 1 - policy.expected_tokens_per_s("w", d, 1, 128) / off) for d in decisions) / len(decisions)
+
+
 def test_speculates_deep_when_acceptance_is_high_and_verify_cheap():
     policy = GoodputPolicy(CHEAP, GoodputOptions(ks=(1, 2, 4, 8)))
     decisions = run(policy, 200, accept=lambda c: c.k)
-    assert decisions[-1].speculative and decisions[-1].k == 8
-    assert sum(d.k == 8 and d.speculative for d in decisions[-100:]) == 100
+    assert sum(d.k == 8 and d.speculative for d in decisions[-100:]) >= 95  # the rest: probes of the other method
 
 
 def test_turns_off_when_acceptance_is_near_zero():
     policy = GoodputPolicy(CHEAP)
     decisions = run(policy, 300, accept=lambda c: 0)
-    assert sum(d.speculative for d in decisions[-100:]) <= 100 * 2 / 48 + 2  # only the occasional probe
+    assert sum(not d.speculative for d in decisions[-200:]) > 0.75 * 200
+    assert probing_loss(policy, decisions[-200:]) < 2 * 2 * policy.options.probe_budget  # two groups probed
     assert policy.acceptance("w", "draft")[0] < 0.1
 
 
 def test_turns_off_when_verification_is_expensive():
     policy = GoodputPolicy(STEEP)
     decisions = run(policy, 200, accept=lambda c: c.k)  # even perfect acceptance does not pay
-    assert sum(d.speculative for d in decisions) <= 200 * 2 / 48 + 2  # only the occasional probe
+    assert sum(not d.speculative for d in decisions[-100:]) > 0.8 * 100
+    assert probing_loss(policy, decisions[-100:]) < 2 * 2 * policy.options.probe_budget
     assert policy.expected_tokens_per_s("w", SpecConfig(method="ngram", k=4), 1, 128) < \
         policy.expected_tokens_per_s("w", SpecConfig(), 1, 128)
 
@@ -53,12 +60,11 @@ def test_batch_size_changes_the_choice():
 
 
 def test_probes_while_off_and_turns_back_on():
-    policy = GoodputPolicy(CHEAP, GoodputOptions(probe_every=20, probe_len=2))
+    policy = GoodputPolicy(CHEAP)
     off_phase = run(policy, 300, accept=lambda c: 0)
-    assert not off_phase[-1].speculative
-    probes = [d for d in off_phase[-200:] if d.speculative]
-    assert 0 < len(probes) <= 200 * 2 / 20 + 2
-    on_phase = run(policy, 600, accept=lambda c: c.k, start=301)
+    probes = {d.method for d in off_phase[-200:] if d.speculative}
+    assert probes == {"draft", "ngram"}  # both methods are re-checked while off
+    on_phase = run(policy, 300, accept=lambda c: c.k, start=301)
     assert all(d.speculative for d in on_phase[-100:])
 
 
