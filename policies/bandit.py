@@ -1,9 +1,10 @@
 """``bandit``: UCB1 over a finite set of configs, one bandit per (workload, batch-size bucket).
 
 Reward of a step = its measured tokens per second for the request, ``emitted / (draft_s + verify_s)``. Rewards are
-scaled by the largest one seen in the bucket so the exploration constant keeps its textbook meaning. Every arm is
-played once, then the arm with the highest ``mean / scale + c * sqrt(2 ln N / n)`` is chosen (ties: first arm), so the
-policy is deterministic. A step is credited to the arm that was decided only if it ran that arm's method.
+divided by the best arm's mean reward in the bucket, so the best arm scores about 1 and the exploration constant keeps
+its textbook meaning. Every arm is played once, then the arm with the highest ``mean / scale + c * sqrt(2 ln N / n)``
+is chosen (ties: first arm), so the policy is deterministic. A step is credited to the arm that was decided only if
+it ran that arm's method.
 """
 
 from __future__ import annotations
@@ -36,13 +37,12 @@ class BanditOptions(PolicyOptions):
 
 
 class _Arms:
-    __slots__ = ("counts", "sums", "total", "scale")
+    __slots__ = ("counts", "sums", "total")
 
     def __init__(self, n: int) -> None:
         self.counts = [0] * n
         self.sums = [0.0] * n
         self.total = 0
-        self.scale = 0.0
 
 
 class BanditPolicy(Policy):
@@ -83,7 +83,7 @@ class BanditPolicy(Policy):
             if count == 0:
                 return arm
         log_total = math.log(bandit.total)
-        scale = bandit.scale or 1.0
+        scale = max(total / count for count, total in zip(bandit.counts, bandit.sums, strict=True)) or 1.0
         c = self.options.exploration
         best, best_value = 0, -math.inf
         for arm, (count, total) in enumerate(zip(bandit.counts, bandit.sums)):
@@ -112,7 +112,6 @@ class BanditPolicy(Policy):
         bandit.counts[arm] += 1
         bandit.sums[arm] += reward
         bandit.total += 1
-        bandit.scale = max(bandit.scale, reward)
 
     def _bandit(self, key: tuple[str, int]) -> _Arms:
         bandit = self._bandits.get(key)

@@ -4,6 +4,7 @@ model, per workload and batch size."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -53,7 +54,7 @@ def _print_table(cells: list[CellResult]) -> None:
     for c in cells:
         table.add_row(c.workload, str(c.batch_size), c.policy, f"{c.tokens_per_s:.2f}",
                       f"{c.mean_acceptance_length:.2f}", str(c.steps), c.config)
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)  # pipes and logs get a readable width
 
 
 def replay(
