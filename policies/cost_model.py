@@ -25,7 +25,8 @@ COST_MODEL_VERSION = 1
 
 
 class EngineIdentity(BaseModel):
-    """Which engine a cost model (or a trace) describes."""
+    """Which engine a cost model describes; names as ``engine.models.identity`` gives them (model identity,
+    ``hardware_fingerprint()`` for the device), and a trace's target, draft and dtype must match."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -47,7 +47,6 @@ class CellResult:
     drafts: int  # request steps that proposed at least one draft token
     draft_tokens: int
     seconds: float
-    exact: bool = True  # every step was scored exactly (replay refuses what it cannot score)
     configs: dict[str, int] = field(default_factory=dict)  # config label -> request steps
 
     def to_dict(self) -> dict[str, Any]:
