@@ -36,10 +36,6 @@ class EngineIdentity(BaseModel):
         """Stable string key, e.g. ``["smollm2-135m",null,"bfloat16",null]``; one active profile per (workload, key)."""
         return json.dumps([getattr(self, f) for f in _FIELDS], separators=(",", ":"))
 
-    @classmethod
-    def from_key(cls, key: str) -> EngineIdentity:
-        return cls(**dict(zip(_FIELDS, json.loads(key), strict=True)))
-
     @property
     def portable(self) -> bool:
         return all(getattr(self, f) is None for f in _FIELDS)

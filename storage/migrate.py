@@ -50,14 +50,14 @@ def current_revision(db: Database) -> str | None:
         return MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
-def upgrade(db: Database, revision: str = "head") -> None:
+def upgrade(db: Database, revision: str = "head", *, script_location: Path = MIGRATIONS_DIR) -> None:
     with _errors():
-        command.upgrade(alembic_config(db), revision)
+        command.upgrade(alembic_config(db, script_location), revision)
 
 
-def downgrade(db: Database, revision: str) -> None:
+def downgrade(db: Database, revision: str, *, script_location: Path = MIGRATIONS_DIR) -> None:
     with _errors():
-        command.downgrade(alembic_config(db), revision)
+        command.downgrade(alembic_config(db, script_location), revision)
 
 
 def new_revision(db: Database, message: str, *, autogenerate: bool = True,
@@ -76,15 +76,15 @@ def upgrade_command(db: Database) -> str:
     return f"spectune db upgrade --db {db.display_url}"
 
 
-def check_schema(db: Database) -> None:
+def check_schema(db: Database, *, script_location: Path = MIGRATIONS_DIR) -> None:
     """Raise :class:`SchemaOutOfDateError` unless the database is at this code's head revision."""
-    head = head_revision()
+    head = head_revision(script_location)
     current = current_revision(db)
     if current == head:
         return
     if current is None:
         raise SchemaOutOfDateError(f"database {db.display_url} has no spectune schema; run `{upgrade_command(db)}`")
-    if current not in {script.revision for script in ScriptDirectory(str(MIGRATIONS_DIR)).walk_revisions()}:
+    if current not in {script.revision for script in ScriptDirectory(str(script_location)).walk_revisions()}:
         raise SchemaOutOfDateError(f"database {db.display_url} is at schema revision {current}, which this spectune "
                                    f"does not know (its newest is {head}); upgrade spectune")
     raise SchemaOutOfDateError(f"database {db.display_url} is at schema revision {current} but this spectune needs "

@@ -13,18 +13,17 @@ from sqlalchemy.orm import Session
 
 from storage.errors import ConflictError, NotFoundError
 from storage.models import TuningRun, Workload, utcnow
-from storage.schemas import FINISHED_STATUSES, RunKind, RunStatus, TuningRunRecord
+from storage.schemas import FINISHED_STATUSES, RunKind, RunStatus, TuningRunRecord, check_choice
 from storage.workloads import find, find_or_create
 
-_KIND = TypeAdapter(RunKind)
-_STATUS = TypeAdapter(RunStatus)
 _RESULT = TypeAdapter(dict[str, JsonValue])
 
 
 def start_run(session: Session, workload: str, kind: str, *, study_name: str | None = None) -> TuningRunRecord:
     """Record a run that starts now (status ``running``), creating the workload if needed."""
     owner = find_or_create(session, workload)
-    row = TuningRun(workload_id=owner.id, kind=_KIND.validate_python(kind), study_name=study_name, status="running")
+    row = TuningRun(workload_id=owner.id, kind=check_choice("kind", kind, RunKind), study_name=study_name,
+                    status="running")
     session.add(row)
     session.flush()
     return to_record(owner.name, row)
@@ -33,7 +32,6 @@ def start_run(session: Session, workload: str, kind: str, *, study_name: str | N
 def finish_run(session: Session, run_id: int, status: str, *, result: dict[str, Any] | None = None,
                error: str | None = None) -> TuningRunRecord:
     """Close a running run as succeeded, failed or cancelled, with its result or error; a run finishes once."""
-    status = _STATUS.validate_python(status)
     if status not in FINISHED_STATUSES:
         raise ValueError(f"status: a run finishes as one of {', '.join(FINISHED_STATUSES)}, not {status!r}")
     name, row = _run(session, run_id, for_update=True)
@@ -57,7 +55,7 @@ def list_runs(session: Session, workload: str | None = None, status: str | None 
     if workload is not None:
         query = query.where(TuningRun.workload_id == find(session, workload).id)
     if status is not None:
-        query = query.where(TuningRun.status == _STATUS.validate_python(status))
+        query = query.where(TuningRun.status == check_choice("status", status, RunStatus))
     return [to_record(name, row) for name, row in session.execute(query.order_by(TuningRun.id.desc()))]
 
 

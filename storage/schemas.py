@@ -5,21 +5,35 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
 from engine.config import SpecConfig
 from storage.identity import PORTABLE, EngineIdentity
 
-WorkloadName = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][\w.:@/+-]*$")
-]
+_WORKLOAD_NAME = re.compile(r"[A-Za-z0-9][\w.:@/+-]{0,199}")
 ProvenanceKind = Literal["manual", "optuna", "online"]
 RunKind = Literal["replay", "live", "online"]
 RunStatus = Literal["running", "succeeded", "failed", "cancelled"]
 FINISHED_STATUSES: tuple[RunStatus, ...] = ("succeeded", "failed", "cancelled")
+
+
+def check_workload_name(name: str) -> str:
+    if not _WORKLOAD_NAME.fullmatch(name):
+        raise ValueError(f"workload name {name!r}: use 1-200 letters, digits and . _ : @ / + - (starting with a letter "
+                         "or digit)")
+    return name
+
+
+def check_choice(field: str, value: str, choices: object) -> str:
+    """``value`` if it is one of the ``Literal`` type's choices, else a ValueError naming the field."""
+    allowed = get_args(choices)
+    if value not in allowed:
+        raise ValueError(f"{field}: expected one of {', '.join(allowed)}, got {value!r}")
+    return value
 
 
 class _Strict(BaseModel):

@@ -14,9 +14,8 @@ from sqlalchemy.orm import Session
 
 from storage.errors import NotFoundError
 from storage.models import Workload
-from storage.schemas import WorkloadName, WorkloadRecord
+from storage.schemas import WorkloadRecord, check_workload_name
 
-_NAME = TypeAdapter(WorkloadName)
 _FEATURES = TypeAdapter(dict[str, JsonValue])
 
 
@@ -31,7 +30,7 @@ def find(session: Session, name: str, *, for_update: bool = False) -> Workload:
 
 def find_or_create(session: Session, name: str, *, for_update: bool = False) -> Workload:
     """The workload row, created (with a validated name) if it does not exist yet."""
-    name = _NAME.validate_python(name)
+    check_workload_name(name)
     if session.scalars(select(Workload.id).where(Workload.name == name)).first() is None:
         try:
             with session.begin_nested():
