@@ -20,9 +20,13 @@ install: $(STAMP)
 lint: install
 	$(VENV)/bin/ruff check engine policies tuner storage tests benchmarks
 
+# Everything the tests need is installed or started here, so a developer's `make test` is exactly CI's:
+# the SmolLM2 weights, a llama-server build (cached per version), and a loopback PostgreSQL server.
 test: install
 	$(SPECTUNE) models fetch smollm2-135m
-	SPECTUNE_TEST_PG_URL="$$(bash scripts/postgres.sh start)" $(PY) -m pytest -q
+	$(SPECTUNE) engines install llama.cpp
+	pg_url="$$(bash scripts/postgres.sh start)" && test -n "$$pg_url" && \
+	  SPECTUNE_TEST_PG_URL="$$pg_url" $(PY) -m pytest -q
 
 demo: install
 	$(SPECTUNE) models fetch smollm2-135m
