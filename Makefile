@@ -30,7 +30,7 @@ test: install
 
 demo: install
 	$(SPECTUNE) models fetch smollm2-135m
-	$(SPECTUNE) generate --target smollm2-135m --method ngram --k 4 --max-new-tokens 64 --chat \
+	$(SPECTUNE) generate --target smollm2-135m --method ngram --k 4 --max-new-tokens 64 --chat --compare \
 	  --prompt "Write a Python function that reverses a string, then explain it."
 
 clean-venv:
