@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import typer
 
+from tuner.cli.calibrate import calibrate
 from tuner.cli.db import db_app
 from tuner.cli.engine import serve
 from tuner.cli.engines import engine_app, engines_app
 from tuner.cli.generate import generate
 from tuner.cli.models import models_app
 from tuner.cli.profiles import profiles_app
+from tuner.cli.record import record
 from tuner.cli.replay import replay
 
 app = typer.Typer(name="spectune", help="Decide, per workload and live, whether speculative decoding pays.",
@@ -23,6 +25,8 @@ app.add_typer(engine_app, name="engine")
 engine_app.command("serve")(serve)
 app.command("replay")(replay)
 app.command("generate")(generate)
+app.command("record")(record)
+app.command("calibrate")(calibrate)
 
 
 def main() -> None:

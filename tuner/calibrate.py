@@ -1,0 +1,120 @@
+"""Measure one engine's forward times and fit its cost model (``policies.cost_model.CostModel``).
+
+What is timed is what the engine runs each step, through the same code (``engine.kv.BatchKV``):
+
+- target: a forward of ``tokens`` new chain nodes per row for ``batch`` rows whose caches hold ``context`` tokens,
+  the LM head over every node, the argmax, and the commit that compacts the cache afterwards;
+- draft: the same for the draft model (one forward per drafted depth);
+- n-gram: one ``ngram_candidates`` lookup over a ``context``-token sequence.
+
+Each point is the median of ``repeats`` timings after ``warmup`` untimed runs. The model itself is the measured
+grid read by piecewise-linear interpolation (see ``policies.cost_model``): it passes through every measured point,
+so "fitting" is storing the medians with the engine identity.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.drafters.ngram import ngram_candidates
+from engine.kv import BatchKV, Nodes
+from engine.models import hardware_fingerprint, model_identity
+from engine.models.loaded import LoadedModel
+from policies.cost_model import CostModel, EngineIdentity, ForwardGrid, uniform_grid
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Which points to time and how often."""
+
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
+    tokens: tuple[int, ...] = (1, 2, 4, 8, 16)
+    draft_tokens: tuple[int, ...] = (1, 2, 4)
+    context_lens: tuple[int, ...] = (128, 512)
+    warmup: int = 1
+    repeats: int = 3
+
+
+FULL = Grid()
+QUICK = Grid(batch_sizes=(1, 2), tokens=(1, 2), draft_tokens=(1,), context_lens=(16, 32), warmup=1, repeats=1)
+
+
+def _median_s(run: Callable[[], None], warmup: int, repeats: int) -> float:
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def prefill(loaded: LoadedModel, context: int) -> BatchKV:
+    """A one-row cache holding ``context`` committed tokens."""
+    kv = BatchKV(loaded.model, 1)
+    prompt = [(7 * i + 3) % loaded.vocab_size for i in range(context)]
+    kv.forward(Nodes.chains([prompt], 0, kv.device))
+    kv.commit([list(range(context))])
+    return kv
+
+
+def time_forward(base: BatchKV, batch: int, tokens: int, warmup: int, repeats: int) -> float:
+    """Median seconds of one engine forward step (forward, LM head, argmax, commit) for ``batch`` copies of
+    ``base``'s row with ``tokens`` new chain nodes each."""
+    kv = BatchKV(base.model, 0)
+    kv.extend(base)
+    kv.select([0] * batch)
+    nodes = Nodes.chains([[1] * tokens for _ in range(batch)], 0, kv.device)
+
+    def run() -> None:
+        kv.logits(kv.forward(nodes)).argmax(-1).tolist()
+        kv.commit([[] for _ in range(batch)])  # keep the context fixed between repeats
+
+    return _median_s(run, warmup, repeats)
+
+
+def time_ngram(context: int, warmup: int, repeats: int) -> float:
+    """Median seconds of one n-gram lookup (default window, k=8) over a ``context``-token sequence."""
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 1000, size=context)
+    return _median_s(lambda: ngram_candidates(tokens, 8, 1, 4), warmup, repeats)
+
+
+def measure_grid(loaded: LoadedModel, batch_sizes: Sequence[int], tokens: Sequence[int], contexts: Sequence[int],
+                 grid: Grid, tick: Callable[[], None]) -> ForwardGrid:
+    bases = {c: prefill(loaded, c) for c in contexts}
+
+    def seconds(b: float, t: float, c: float) -> float:
+        s = time_forward(bases[int(c)], int(b), int(t), grid.warmup, grid.repeats)
+        tick()
+        return s
+
+    return uniform_grid(batch_sizes, tokens, contexts, seconds)
+
+
+def calibrate(target: LoadedModel, draft: LoadedModel | None, grid: Grid = FULL, progress: bool = False,
+              device: str = "cpu") -> CostModel:
+    """Time the grid on ``target`` (and ``draft``) and return the cost model with the engine identity."""
+    from tqdm import tqdm
+
+    target_points = len(grid.batch_sizes) * len(grid.tokens) * len(grid.context_lens)
+    draft_points = len(grid.batch_sizes) * len(grid.draft_tokens) * len(grid.context_lens) if draft else 0
+    with torch.no_grad(), tqdm(total=target_points + draft_points, desc="calibrate", unit="point",
+                               disable=not progress) as bar:
+        target_grid = measure_grid(target, grid.batch_sizes, grid.tokens, grid.context_lens, grid,
+                                   lambda: bar.update(1))
+        draft_grid = None
+        if draft is not None:
+            draft_grid = measure_grid(draft, grid.batch_sizes, grid.draft_tokens, grid.context_lens, grid,
+                                      lambda: bar.update(1))
+    ngram_s = max(time_ngram(c, grid.warmup, max(grid.repeats, 5)) for c in grid.context_lens)
+    identity = EngineIdentity(target=model_identity(target), draft=model_identity(draft) if draft else None,
+                              dtype=str(target.dtype).removeprefix("torch."), device=hardware_fingerprint(device))
+    return CostModel(engine=identity, target=target_grid, draft=draft_grid, ngram_s=ngram_s)
