@@ -16,6 +16,7 @@ from policies.registry import build_policy
 from policies.static import StaticPolicy
 from tests.engine.tiny import tiny_model
 from tests.policies.synthetic import linear_cost
+from tuner.record import record
 from tuner.replay import replay_cell
 from tuner.traces import Trace
 
@@ -64,21 +65,11 @@ def live(models, policy: SpecPolicy, max_batch: int) -> dict[str, list[int]]:
 
 
 def record_traces(models, outputs: dict[str, list[int]]) -> list[Trace]:
-    """What the recorder stores: the outputs plus the draft's teacher-forced rank of every true token."""
+    """The real recorder's traces, whose greedy outputs must be the live run's."""
     target, draft = models
-    traces = []
-    for i, prompt in enumerate(PROMPTS):
-        output = outputs[str(i)]
-        logits = draft.model(torch.tensor([prompt + output])).logits[0, len(prompt) - 1: len(prompt) - 1 + len(output)]
-        true = logits.gather(1, torch.tensor(output)[:, None])
-        probs = torch.softmax(logits, -1)
-        traces.append(Trace(
-            version=1, workload="w", request_id=str(i), prompt_ids=tuple(prompt), output_ids=tuple(output),
-            max_new_tokens=NEW_TOKENS, eos_token_ids=tuple(sorted(target.eos_token_ids)), target="tiny-qwen2-1",
-            draft="noisy-tiny-qwen2-1", dtype="float64", rank_cap=RANK_CAP,
-            draft_rank=tuple(min(int(r), RANK_CAP) for r in (logits > true).sum(1)),
-            draft_top_prob=tuple(float(p) for p in probs.max(1).values),
-            draft_true_prob=tuple(float(p) for p in probs.gather(1, torch.tensor(output)[:, None])[:, 0])))
+    traces = record(target, draft, "w", [str(i) for i in range(len(PROMPTS))], PROMPTS, NEW_TOKENS,
+                    rank_cap=RANK_CAP, max_batch=2)
+    assert {t.request_id: list(t.output_ids) for t in traces} == outputs
     return traces
 
 
