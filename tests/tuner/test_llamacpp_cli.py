@@ -13,6 +13,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from engine.config import SpecConfig
 from tuner.cli import app
 from tuner.engines.llamacpp_install import default_install
 
@@ -20,6 +21,14 @@ from tuner.engines.llamacpp_install import default_install
 @pytest.fixture
 def gguf(tmp_path: Path) -> Path:
     path = tmp_path / "model.gguf"  # --dry-run only needs the file to exist
+    path.write_bytes(b"GGUF")
+    return path
+
+
+@pytest.fixture
+def gguf_named(tmp_path: Path) -> Path:
+    """A .gguf whose stem is a registry name, so the stored identity matches as it would for the real file."""
+    path = tmp_path / "smollm2-135m.gguf"
     path.write_bytes(b"GGUF")
     return path
 
@@ -83,3 +92,53 @@ def test_launch_serves_until_interrupted_and_leaves_no_process():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    """A migrated SQLite store with llama.cpp profiles for smollm2-135m on this CPU, plus a portable one."""
+    from storage.db import Database
+    from storage.identity import EngineIdentity
+    from storage.migrate import upgrade
+    from storage.profiles import put_profile
+    from storage.schemas import ProfileCreate, Schedule, ScheduleEntry
+    from tuner.engines.llamacpp_profiles import llamacpp_identity
+
+    url = f"sqlite:///{tmp_path / 'spectune.db'}"
+    db = Database(url)
+    upgrade(db)
+    here = llamacpp_identity("smollm2-135m", None)
+    ngram = SpecConfig(method="ngram", k=12, min_n=3, max_n=3)
+    with db.session() as session:
+        put_profile(session, "code", ProfileCreate(config=ngram, identity=here))
+        put_profile(session, "code", ProfileCreate(config=SpecConfig(method="draft", k=3)))  # portable, less specific
+        put_profile(session, "chat", ProfileCreate(config=SpecConfig(method="draft", k=3)))
+        put_profile(session, "mixed", ProfileCreate(config=ngram, identity=here, schedule=Schedule(
+            [ScheduleEntry(min_batch=4, config=SpecConfig())])))
+        put_profile(session, "bf16", ProfileCreate(config=ngram, identity=EngineIdentity(
+            target="smollm2-135m", dtype="bfloat16")))
+    db.dispose()
+    return url
+
+
+def test_workload_launch_uses_the_active_profile_for_this_engine(store, gguf_named):
+    result = launch("--model", str(gguf_named), "--workload", "code", "--db", store, "--dry-run")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.strip().endswith(
+        "--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 12")
+
+
+@pytest.mark.parametrize(("workload", "message"), [
+    ("chat", "error: draft: method draft needs a draft model GGUF (--draft)"),
+    ("mixed", "error: schedule: version 1 of 'mixed' switches configs"),
+    ("bf16", "error: workload: 'bf16' has no active profile for target=smollm2-135m dtype=gguf"),
+    ("nope", "error: unknown workload 'nope'"),
+])
+def test_workload_launch_errors(store, gguf_named, workload, message):
+    result = launch("--model", str(gguf_named), "--workload", workload, "--db", store, "--dry-run")
+    assert result.exit_code == 2 and result.stderr.startswith(message), result.stderr
+
+
+def test_config_and_workload_together_are_refused(gguf):
+    result = launch("--model", str(gguf), "--workload", "code", "--config", "{}", "--dry-run")
+    assert result.exit_code == 2 and result.stderr.startswith("error: --config and --workload")

@@ -13,7 +13,7 @@ import typer
 from tuner.cli.errors import UsageError, user_errors
 
 engines_app = typer.Typer(help="Install the external engines spectune can steer.", no_args_is_help=True)
-engine_app = typer.Typer(help="Run an external engine with a speculation config.", no_args_is_help=True)
+engine_app = typer.Typer(help="Run an engine: spectune's own server or an external one.", no_args_is_help=True)
 
 
 class EngineName(StrEnum):
@@ -58,28 +58,50 @@ def parse_config_json(text: str) -> tuple[Any, dict[str, Any] | None]:
     return SpecConfig.model_validate(raw), extension
 
 
+def _stored_config(workload: str, model: str, draft: str | None, db: str | None) -> Any:
+    from tuner.cli.db import cli_errors, open_database
+    from tuner.engines.llamacpp_profiles import active_config, llamacpp_identity
+
+    with cli_errors():
+        database = open_database(db)
+        with database.session(readonly=True) as session:
+            return active_config(session, workload, llamacpp_identity(model, draft))
+
+
 @engine_app.command("launch")
 def launch(
     engine: Annotated[EngineName, typer.Argument(help="The engine to run.")],
     model: Annotated[str, typer.Option("--model", help="Registered model name or a .gguf file.")],
-    config: Annotated[str, typer.Option("--config", help="SpecConfig JSON; llama.cpp-only settings under "
-                                                         "\"llamacpp\", e.g. {\"method\": \"ngram\", \"k\": 16, "
-                                                         "\"min_n\": 16, \"max_n\": 16, \"llamacpp\": "
-                                                         "{\"spec_type\": \"ngram-mod\"}}.")] = '{"method": "off"}',
+    config: Annotated[str | None, typer.Option(
+        "--config", help="SpecConfig JSON; llama.cpp-only settings under \"llamacpp\", e.g. {\"method\": \"ngram\", "
+        "\"k\": 16, \"min_n\": 16, \"max_n\": 16, \"llamacpp\": {\"spec_type\": \"ngram-mod\"}}. "
+        "Default: speculation off.")] = None,
+    workload: Annotated[str | None, typer.Option(
+        "--workload", help="Launch with this workload's active stored profile instead of --config.")] = None,
+    db: Annotated[str | None, typer.Option(
+        "--db", metavar="URL", show_default=False,
+        help="Database URL for --workload; default $SPECTUNE_DB_URL, else the SQLite file in the user data "
+             "directory.")] = None,
     draft: Annotated[str | None, typer.Option("--draft", help="Draft model name or .gguf (method draft).")] = None,
     port: Annotated[int | None, typer.Option("--port", min=1, max=65535, help="Port (default: a free one).")] = None,
     threads: Annotated[int, typer.Option("--threads", min=1, help="CPU threads for decode and prefill.")] = 2,
     ctx_size: Annotated[int, typer.Option("--ctx-size", min=128, help="Context length per server.")] = 4096,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the llama-server command and exit.")] = False,
 ) -> None:
-    """Start llama-server on 127.0.0.1 with a speculation config and serve until interrupted (Ctrl-C)."""
+    """Start llama-server on 127.0.0.1 with a speculation config (given, or a workload's stored profile) and serve
+    until interrupted (Ctrl-C)."""
     from tuner.engines.base import EngineError
     from tuner.engines.llamacpp import LlamaCppEngine, resolve_gguf
     from tuner.engines.llamacpp_install import InstallError, default_install, find_llama_server
     from tuner.engines.llamacpp_server import ServerOptions, free_port, server_command
 
     with user_errors():
-        spec, extension = parse_config_json(config)
+        if config is not None and workload is not None:
+            raise UsageError("--config and --workload: give one of them, not both")
+        if workload is not None:
+            spec, extension = _stored_config(workload, model, draft, db), None
+        else:
+            spec, extension = parse_config_json(config or '{"method": "off"}')
         options = ServerOptions(model=resolve_gguf(model, "--model"), threads=threads, ctx_size=ctx_size, port=port)
         adapter = LlamaCppEngine(options, draft_model=resolve_gguf(draft, "--draft") if draft else None)
         flags = adapter.flags_for(spec, extension)
@@ -88,7 +110,7 @@ def launch(
         return
     try:
         find_llama_server()
-        adapter.apply("default", spec, extension)
+        adapter.apply(workload or "default", spec, extension)
     except (InstallError, EngineError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise typer.Exit(code=1) from None
