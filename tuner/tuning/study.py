@@ -1,0 +1,261 @@
+"""``tune``: one Optuna search for a workload, from study to saved profile.
+
+The study lives in the storage database (Optuna's RDB storage on the same URL). A study keeps its settings (workload,
+source, objective, trial target) as user attributes: running ``tune`` again with the same name resumes it up to the
+trial target, and ``join=True`` adds a worker to an existing study, on its settings, sharing the target. The worker
+that did not join saves the profile: the best few candidates (the Pareto front for ``both``), confirmed on the live
+engine when one is given, then ``put_profile`` + activate with provenance ``optuna``/study/trial and the measurements.
+Every call records a ``tuning_runs`` row.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import optuna
+
+from engine.config import OFF
+from policies.cost_model import CostModel
+from storage.db import Database
+from storage.identity import PORTABLE, EngineIdentity
+from storage.profiles import put_profile
+from storage.runs import finish_run, start_run
+from storage.schemas import ProfileCreate, ProfileRecord, Provenance, check_workload_name
+from tuner.engines.base import EngineAdapter
+from tuner.traces import Trace
+from tuner.tuning.progress import TrialProgress, finished_trials
+from tuner.tuning.scoring import ReplayScorer, Score, measure_live, normalize_mix
+from tuner.tuning.space import Candidate, SearchSpace, candidate_of, describe
+
+Source = Literal["replay", "live"]
+Objective = Literal["throughput", "latency", "both"]
+SOURCES: tuple[str, ...] = ("replay", "live")
+OBJECTIVES: tuple[str, ...] = ("throughput", "latency", "both")
+DIRECTIONS: dict[str, list[str]] = {"throughput": ["maximize"], "latency": ["minimize"],
+                                    "both": ["maximize", "minimize"]}
+
+
+class TuneError(ValueError):
+    """Bad tuning input; the message names the argument at fault."""
+
+
+@dataclass
+class TuneResult:
+    study_name: str
+    run_id: int
+    trials_done: int
+    best: list[dict[str, Any]]  # the best trial, or the Pareto front for ``both``
+    profile: ProfileRecord | None = None
+    confirmed: list[dict[str, Any]] = field(default_factory=list)  # live measurements of the confirmed candidates
+    stopped: bool = False
+
+
+def optuna_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's storage on the spectune database URL (SQLite waits for writers instead of failing)."""
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+
+
+def default_study_name(workload: str, source: str, objective: str) -> str:
+    return f"{workload}-{source}-{objective}"
+
+
+def _values(score: Score, objective: str) -> float | tuple[float, float]:
+    if objective == "throughput":
+        return score.tokens_per_s
+    if objective == "latency":
+        return score.p99_ms
+    return score.tokens_per_s, score.p99_ms
+
+
+def _open_study(storage: optuna.storages.RDBStorage, name: str, *, join: bool, workload: str, source: str,
+                objective: str, trials: int, seed: int | None) -> optuna.Study:
+    sampler = optuna.samplers.TPESampler(seed=seed)
+    if join:
+        try:
+            study = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        except KeyError:
+            raise TuneError(f"join: no study named {name!r} in this database") from None
+        if study.user_attrs.get("workload") != workload:
+            raise TuneError(f"join: study {name!r} tunes workload {study.user_attrs.get('workload')!r}, "
+                            f"not {workload!r}")
+        return study
+    if objective == "both":
+        sampler = optuna.samplers.NSGAIISampler(seed=seed)
+    study = optuna.create_study(study_name=name, storage=storage, directions=DIRECTIONS[objective], sampler=sampler,
+                                load_if_exists=True)
+    attrs = study.user_attrs
+    if attrs:
+        for key, value in (("workload", workload), ("source", source), ("objective", objective)):
+            if attrs.get(key) != value:
+                raise TuneError(f"study: {name!r} exists with {key}={attrs.get(key)!r}; resume it with the same "
+                                f"{key} ({value!r} given) or pick another --study name")
+    else:
+        for key, value in (("workload", workload), ("source", source), ("objective", objective)):
+            study.set_user_attr(key, value)
+    study.set_user_attr("trials", max(trials, int(attrs.get("trials", 0))))
+    return study
+
+
+def _ranked(study: optuna.Study, objective: str, top: int) -> list[optuna.trial.FrozenTrial]:
+    """Distinct candidates, best first: by the objective, or the Pareto front by throughput for ``both``."""
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if objective == "both":
+        ordered = sorted(study.best_trials, key=lambda t: -t.values[0])
+    else:
+        ordered = sorted(complete, key=lambda t: t.values[0], reverse=objective == "throughput")
+    seen, out = set(), []
+    for trial in ordered:
+        label = candidate_of(trial).label()
+        if label not in seen:
+            seen.add(label)
+            out.append(trial)
+    return out[:top] if objective != "both" else out
+
+
+def _check(workload: str, trials: int, source: str, objective: str) -> None:
+    try:
+        check_workload_name(workload)
+    except ValueError as exc:
+        raise TuneError(f"workload: {exc}") from None
+    if trials < 1:
+        raise TuneError(f"trials: must be at least 1, got {trials}")
+    if source not in SOURCES:
+        raise TuneError(f"source: expected one of {', '.join(SOURCES)}, got {source!r}")
+    if objective not in OBJECTIVES:
+        raise TuneError(f"objective: expected one of {', '.join(OBJECTIVES)}, got {objective!r}")
+
+
+def tune(workload: str, trials: int, *, source: str = "replay", objective: str = "throughput",
+         storage_url: str, study_name: str | None = None, join: bool = False,
+         traces: Sequence[Trace] | None = None, cost: CostModel | None = None,
+         batch_mix: dict[int, float] | None = None, engine: EngineAdapter | None = None,
+         prompts: Sequence[str] = (), max_tokens: int = 64, confirm_top: int = 3,
+         identity: EngineIdentity = PORTABLE, seed: int | None = None, progress: bool = True,
+         stop: threading.Event | None = None, on_trial: Callable[[optuna.Study], None] | None = None) -> TuneResult:
+    """Search speculation configs for ``workload`` and save the best as its active profile (see the module doc).
+
+    ``source="replay"`` needs ``traces`` (this workload's) and ``cost``; ``"live"`` needs ``engine`` and ``prompts``.
+    ``stop`` ends the search after the running trial; the run is then recorded as cancelled and nothing is saved.
+    """
+    _check(workload, trials, source, objective)
+    name = study_name or default_study_name(workload, source, objective)
+    storage = optuna_storage(storage_url)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = _open_study(storage, name, join=join, workload=workload, source=source, objective=objective,
+                        trials=trials, seed=seed)
+    source, objective = study.user_attrs["source"], study.user_attrs["objective"]
+    target = int(study.user_attrs["trials"])
+    evaluate = _evaluator(source, workload, traces, cost, batch_mix, engine, prompts, max_tokens)
+    space = _space(source, traces, batch_mix)
+
+    def objective_fn(trial: optuna.Trial) -> float | tuple[float, float]:
+        candidate = space.suggest(trial)
+        trial.set_user_attr("candidate", candidate.to_json())
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        return _values(evaluate(candidate), objective)
+
+    def stop_when_done(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+        if on_trial is not None:
+            on_trial(study)
+        if (stop is not None and stop.is_set()) or finished_trials(study) >= target:
+            study.stop()
+
+    with Database(storage_url) as db:
+        with db.session() as s:
+            run = start_run(s, workload, source, study_name=name)
+        result = TuneResult(study_name=name, run_id=run.id, trials_done=finished_trials(study), best=[])
+        try:
+            remaining = target - finished_trials(study)
+            if remaining > 0 and not (stop is not None and stop.is_set()):
+                with TrialProgress(study, target, enabled=progress) as bar:
+                    study.optimize(objective_fn, n_trials=remaining, callbacks=[stop_when_done, bar.callback],
+                                   catch=())
+            result.trials_done = finished_trials(study)
+            result.stopped = stop is not None and stop.is_set()
+            ranked = _ranked(study, objective, confirm_top)
+            result.best = [describe(t) for t in ranked]
+            if not result.stopped and not join and ranked:
+                result.profile, result.confirmed = _save(db, study, ranked, workload, objective, evaluate, engine,
+                                                         prompts, max_tokens, identity, source)
+        except BaseException as exc:
+            with db.session() as s:
+                finish_run(s, run.id, "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed",
+                           error=f"{type(exc).__name__}: {exc}"[:2000])
+            raise
+        with db.session() as s:
+            finish_run(s, run.id, "cancelled" if result.stopped else "succeeded", result=_summary(result))
+    return result
+
+
+def _summary(result: TuneResult) -> dict[str, Any]:
+    return {"study": result.study_name, "trials_done": result.trials_done, "best": result.best,
+            "confirmed": result.confirmed,
+            "profile_version": result.profile.version if result.profile is not None else None}
+
+
+def _space(source: str, traces: Sequence[Trace] | None, batch_mix: dict[int, float] | None) -> SearchSpace:
+    if source == "live":
+        # Live requests go one at a time (batch size 1): a batch-size split cannot be measured there.
+        return SearchSpace.build(has_draft=True, rank_cap=16, batch_sizes=[1])
+    assert traces is not None
+    has_draft = all(t.has_draft for t in traces)
+    rank_cap = min(t.rank_cap for t in traces) if has_draft else 1
+    return SearchSpace.build(has_draft, rank_cap, list(normalize_mix(batch_mix)))
+
+
+def _evaluator(source: str, workload: str, traces: Sequence[Trace] | None, cost: CostModel | None,
+               batch_mix: dict[int, float] | None, engine: EngineAdapter | None, prompts: Sequence[str],
+               max_tokens: int) -> Callable[[Candidate], Score]:
+    if source == "live":
+        if engine is None:
+            raise TuneError("engine: source live needs an engine (--engine-url)")
+        if not prompts:
+            raise TuneError("prompts: source live needs the workload's prompts")
+        return lambda c: measure_live(engine, workload, c, prompts, max_tokens)
+    if cost is None:
+        raise TuneError("cost_model: source replay needs a cost model (spectune calibrate, then --cost-model)")
+    mine = [t for t in traces or () if t.workload == workload]
+    if not mine:
+        raise TuneError(f"traces: no traces of workload {workload!r} (record some with `spectune record`)")
+    from tuner.replay import check_identity
+
+    try:
+        check_identity(mine, cost)
+    except ValueError as exc:
+        raise TuneError(f"traces: {exc}") from None
+    return ReplayScorer(mine, cost, batch_mix).score
+
+
+def _save(db: Database, study: optuna.Study, ranked: list[optuna.trial.FrozenTrial], workload: str, objective: str,
+          evaluate: Callable[[Candidate], Score], engine: EngineAdapter | None, prompts: Sequence[str],
+          max_tokens: int, identity: EngineIdentity, source: str) -> tuple[ProfileRecord, list[dict[str, Any]]]:
+    """Confirm the ranked candidates on the engine (if any), keep the best measured one, store and activate it."""
+    off = Candidate(low=OFF)
+    confirmed: list[dict[str, Any]] = []
+    if engine is not None and prompts:
+        baseline = measure_live(engine, workload, off, prompts, max_tokens)
+        scored = [(t, measure_live(engine, workload, candidate_of(t), prompts, max_tokens)) for t in ranked]
+        confirmed = [{"trial": t.number, "label": candidate_of(t).label(), "tokens_per_s": s.tokens_per_s,
+                      "p99_ms": s.p99_ms, "tokens_per_s_off": baseline.tokens_per_s} for t, s in scored]
+        pick = (min(scored, key=lambda ts: ts[1].p99_ms) if objective == "latency"
+                else max(scored, key=lambda ts: ts[1].tokens_per_s))
+        trial, score = pick
+        note = (f"confirmed live on {len(prompts)} prompts against {len(ranked)} candidates; "
+                f"off {baseline.tokens_per_s:.2f} tok/s")
+    else:
+        trial = ranked[0]
+        score, baseline = evaluate(candidate_of(trial)), evaluate(off)
+        note = f"scored by {source}; not confirmed on a live engine"
+    config, schedule = candidate_of(trial).profile()
+    create = ProfileCreate(config=config, schedule=schedule, identity=identity,
+                           measurements=score.measurements(baseline),
+                           provenance=Provenance(kind="optuna", study=study.study_name, trial=trial.number, note=note))
+    with db.session() as s:
+        record = put_profile(s, workload, create, activate=True)
+    return record, confirmed
