@@ -14,6 +14,7 @@ from tuner.cli.models import models_app
 from tuner.cli.profiles import profiles_app
 from tuner.cli.record import record
 from tuner.cli.replay import replay
+from tuner.cli.tune import tune
 
 app = typer.Typer(name="spectune", help="Decide, per workload and live, whether speculative decoding pays.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -27,6 +28,7 @@ app.command("replay")(replay)
 app.command("generate")(generate)
 app.command("record")(record)
 app.command("calibrate")(calibrate)
+app.command("tune")(tune)
 
 
 def main() -> None:

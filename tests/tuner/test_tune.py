@@ -1,0 +1,188 @@
+"""Optuna searches on synthetic traces with a synthetic cost model: known-best configs, profiles with provenance,
+the Pareto front, resume, and several workers sharing one study (SQLite; PostgreSQL with SPECTUNE_TEST_PG_URL)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from typer.testing import CliRunner
+
+from engine.config import SpecConfig
+from storage.db import Database
+from storage.profiles import list_active
+from storage.runs import list_runs
+from tests.policies.synthetic import linear_cost
+from tests.tuner.tune_helpers import copy_traces, fresh_traces, migrated_postgres, migrated_sqlite
+from tuner.cli import app
+from tuner.replay import oracle_cell
+from tuner.traces import write_traces
+from tuner.tuning.progress import finished_trials
+from tuner.tuning.scoring import ReplayScorer
+from tuner.tuning.space import Candidate, candidate_of
+from tuner.tuning.study import TuneError, optuna_storage, tune
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = copy_traces() + fresh_traces()
+
+
+def test_replay_search_finds_ngram_on_copy_heavy_trace(tmp_path: Path) -> None:
+    url = migrated_sqlite(tmp_path)
+    cost = linear_cost()
+    result = tune("copy", 40, storage_url=url, traces=TRACES, cost=cost, seed=3, progress=False)
+
+    oracle, _ = oracle_cell([t for t in TRACES if t.workload == "copy"], cost, 1)
+    best = result.profile
+    assert best is not None and best.config.method == "ngram"
+    assert best.measurements is not None
+    bucket = best.measurements.buckets[0]
+    assert bucket.tokens_per_s >= 0.95 * oracle.tokens_per_s
+    assert bucket.tokens_per_s > 3 * (bucket.tokens_per_s_off or 0)
+    assert best.provenance.kind == "optuna" and best.provenance.study == "copy-replay-throughput"
+    assert best.provenance.trial == result.best[0]["trial"]
+    with Database(url) as db, db.session() as s:
+        active = list_active(s, "copy")
+        runs = list_runs(s, "copy")
+    assert [p.version for p in active] == [best.version]
+    assert runs[0].status == "succeeded" and runs[0].study_name == "copy-replay-throughput"
+    assert runs[0].result is not None and runs[0].result["trials_done"] == 40
+    assert runs[0].finished_at is not None
+
+
+def test_replay_search_turns_speculation_off_where_nothing_is_accepted(tmp_path: Path) -> None:
+    url = migrated_sqlite(tmp_path)
+    result = tune("fresh", 30, storage_url=url, traces=TRACES, cost=linear_cost(), seed=5, progress=False,
+                  batch_mix={1: 0.5, 4: 0.5})
+    assert result.profile is not None
+    assert not result.profile.config.speculative
+    assert result.profile.schedule is None
+    assert [b.batch_size for b in result.profile.measurements.buckets] == [1, 4]
+
+
+def test_batch_mix_weights_the_buckets() -> None:
+    cost = linear_cost()
+    mine = [t for t in TRACES if t.workload == "copy"]
+    ngram = Candidate(SpecConfig(method="ngram", k=8, min_n=1, max_n=2))
+    one = ReplayScorer(mine, cost, {1: 1.0}).score(ngram)
+    four = ReplayScorer(mine, cost, {4: 1.0}).score(ngram)
+    mixed = ReplayScorer(mine, cost, {1: 3, 4: 1}).score(ngram)
+    assert mixed.tokens_per_s == pytest.approx(0.75 * one.tokens_per_s + 0.25 * four.tokens_per_s)
+    split = Candidate(SpecConfig(method="ngram", k=8, min_n=1, max_n=2), SpecConfig(), split=1)
+    config, schedule = split.profile()
+    assert config.max_batch_size == 1 and schedule is None
+    assert ReplayScorer(mine, cost, {4: 1.0}).score(split).buckets[0].mean_acceptance_length == 1.0
+
+
+def test_both_objectives_store_a_pareto_front(tmp_path: Path) -> None:
+    url = migrated_sqlite(tmp_path)
+    result = tune("copy", 24, objective="both", storage_url=url, traces=TRACES, cost=linear_cost(), seed=2,
+                  progress=False)
+    study = optuna.load_study(study_name="copy-replay-both", storage=optuna_storage(url))
+    front = study.best_trials
+    assert front and len(study.directions) == 2
+    assert {e["trial"] for e in result.best} == {t.number for t in front}
+    for a in front:  # nobody on the front is dominated by another finished trial
+        for b in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
+            assert not (b.values[0] > a.values[0] and b.values[1] < a.values[1])
+    assert result.profile is not None
+    assert result.profile.provenance.trial == max(front, key=lambda t: t.values[0]).number
+
+
+def test_resume_runs_up_to_the_trial_target(tmp_path: Path) -> None:
+    url = migrated_sqlite(tmp_path)
+    first = tune("copy", 5, storage_url=url, traces=TRACES, cost=linear_cost(), study_name="s", progress=False)
+    second = tune("copy", 9, storage_url=url, traces=TRACES, cost=linear_cost(), study_name="s", progress=False)
+    assert (first.trials_done, second.trials_done) == (5, 9)
+    again = tune("copy", 9, storage_url=url, traces=TRACES, cost=linear_cost(), study_name="s", progress=False)
+    assert again.trials_done == 9
+    with pytest.raises(TuneError, match="objective"):
+        tune("copy", 9, objective="latency", storage_url=url, traces=TRACES, cost=linear_cost(), study_name="s")
+    with pytest.raises(TuneError, match="join: no study"):
+        tune("copy", 3, storage_url=url, traces=TRACES, cost=linear_cost(), study_name="nope", join=True)
+
+
+def _cli_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _shared_study(url: str, tmp_path: Path) -> None:
+    traces_dir = tmp_path / "traces"
+    traces_dir.mkdir()
+    write_traces(traces_dir / "all.jsonl", TRACES)
+    cost_file = tmp_path / "cost.json"
+    cost_file.write_text(linear_cost().to_json())
+    tune("copy", 1, storage_url=url, traces=TRACES, cost=linear_cost(), study_name="shared", progress=False)
+    common = ["--traces", str(traces_dir), "--cost-model", str(cost_file), "--db", url, "--no-progress"]
+    owner = [sys.executable, "-m", "tuner.cli", "tune", "copy", "--trials", "30", "--study", "shared", *common]
+    joiner = [sys.executable, "-m", "tuner.cli", "tune", "copy", "--join", "shared", *common]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=_cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for cmd in (owner, joiner)]
+    deadline = time.monotonic() + 240
+    outs = [p.communicate(timeout=max(1, deadline - time.monotonic())) for p in procs]
+    for p, (_out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    assert "saved copy version" in outs[0][0]
+    assert "joined worker" in outs[1][0]
+    study = optuna.load_study(study_name="shared", storage=optuna_storage(url))
+    done = finished_trials(study)
+    assert 30 <= done <= 31  # a worker may finish the trial it started when the other reached the target
+    workers = {t.user_attrs["worker"] for t in study.trials if "worker" in t.user_attrs}
+    assert len(workers) == 3  # the in-process first trial and both CLI workers
+    assert all(candidate_of(t) for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)))
+    with Database(url) as db, db.session() as s:
+        runs = list_runs(s, "copy")
+    assert len(runs) == 3 and all(r.status == "succeeded" for r in runs)
+
+
+def test_two_processes_share_a_study_on_sqlite(tmp_path: Path) -> None:
+    _shared_study(migrated_sqlite(tmp_path), tmp_path)
+
+
+@pytest.mark.postgres
+def test_two_processes_share_a_study_on_postgres(tmp_path: Path) -> None:
+    if not os.environ.get("SPECTUNE_TEST_PG_URL", "").strip():
+        pytest.skip("SPECTUNE_TEST_PG_URL is unset; run: export SPECTUNE_TEST_PG_URL=$(scripts/postgres.sh start)")
+    with migrated_postgres() as url:
+        _shared_study(url, tmp_path)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--trials", "0"], "trials: must be at least 1"),
+    (["--objective", "speed"], "objective: expected one of throughput, latency, both"),
+    (["--source", "magic"], "source: expected one of replay, live"),
+    (["--batch-mix", "1-0.5"], "--batch-mix: '1-0.5' is not BATCH:WEIGHT"),
+    (["--cost-model", "/nonexistent.json"], "--cost-model: /nonexistent.json: no such file"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    url = migrated_sqlite(tmp_path)
+    traces_dir = tmp_path / "traces"
+    traces_dir.mkdir()
+    write_traces(traces_dir / "all.jsonl", TRACES)
+    cost_file = tmp_path / "cost.json"
+    cost_file.write_text(linear_cost().to_json())
+    base = {"--traces": str(traces_dir), "--cost-model": str(cost_file), "--db": url}
+    for i in range(0, len(args), 2):
+        base[args[i]] = args[i + 1]
+    flat = [x for kv in base.items() for x in kv]
+    result = CliRunner().invoke(app, ["tune", "copy", "--no-progress", *flat])
+    assert result.exit_code == 2, result.output
+    assert f"error: {message}" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_replay_search_saves_the_profile(tmp_path: Path) -> None:
+    url = migrated_sqlite(tmp_path)
+    traces_dir = tmp_path / "traces"
+    traces_dir.mkdir()
+    write_traces(traces_dir / "all.jsonl", TRACES)
+    cost_file = tmp_path / "cost.json"
+    cost_file.write_text(linear_cost().to_json())
+    result = CliRunner().invoke(app, ["tune", "fresh", "--trials", "12", "--traces", str(traces_dir), "--cost-model",
+                                      str(cost_file), "--db", url, "--no-progress", "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    assert "saved fresh version 1 (active): off" in result.output
