@@ -10,6 +10,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -23,7 +24,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from storage.schemas import ProvenanceKind, RunKind, RunStatus
+from storage.schemas import DecisionKind, ProvenanceKind, RunKind, RunStatus
 
 # Named constraints let Alembic (and SQLite batch mode) find them again in later revisions.
 NAMING_CONVENTION = {
@@ -135,3 +136,21 @@ class TuningRun(Base):
         _one_of("kind", RunKind, "kind"),
         _one_of("status", RunStatus, "status"),
     )
+
+
+class Decision(Base):
+    """One controller decision for a workload (apply, hold, rollback, drift, re-tune) and the evidence behind it."""
+
+    __tablename__ = "decisions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    from_config: Mapped[dict[str, Any] | None]
+    to_config: Mapped[dict[str, Any] | None]
+    predicted_gain: Mapped[float | None] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text)
+    evidence: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+    __table_args__ = (_one_of("kind", DecisionKind, "kind"),)

@@ -18,6 +18,7 @@ _WORKLOAD_NAME = re.compile(r"[A-Za-z0-9][\w.:@/+-]{0,199}")
 ProvenanceKind = Literal["manual", "optuna", "online"]
 RunKind = Literal["replay", "live", "online"]
 RunStatus = Literal["running", "succeeded", "failed", "cancelled"]
+DecisionKind = Literal["apply", "hold", "rollback", "drift", "retune"]
 FINISHED_STATUSES: tuple[RunStatus, ...] = ("succeeded", "failed", "cancelled")
 
 
@@ -183,3 +184,26 @@ class TuningRunRecord(_Strict):
     finished_at: datetime | None
     result: dict[str, Any] | None
     error: str | None
+
+
+class DecisionCreate(_Strict):
+    """A controller decision to record: what changed (or was held back) and why."""
+
+    kind: DecisionKind
+    from_config: SpecConfig | None = None
+    to_config: SpecConfig | None = None
+    predicted_gain: float | None = None
+    reason: str = Field(min_length=1, max_length=2000)
+    evidence: dict[str, Any] | None = None
+
+
+class DecisionRecord(_Strict):
+    id: int
+    workload: str
+    kind: DecisionKind
+    from_config: SpecConfig | None
+    to_config: SpecConfig | None
+    predicted_gain: float | None
+    reason: str
+    evidence: dict[str, Any] | None
+    created_at: datetime
