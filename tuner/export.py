@@ -135,16 +135,14 @@ def _sglang(config: SpecConfig, schedule: list[ScheduleEntry], draft_model: str)
                     "speculative_ngram_max_match_window_size": base.max_n}
     else:
         tree = base.tree
-        widths = {tree.branching_at(d) for d in range(1, base.k + 1)}
-        if tree.top_k is not None:
-            topk = tree.top_k
-            nodes = tree.budget or tree.max_nodes(base.k)
+        if tree.top_k is not None:  # the same dynamic tree SGLang drafts: top-k frontier per step, best budget kept
+            topk, nodes = tree.top_k, tree.budget or tree.max_nodes(base.k)
         else:
-            topk = max(widths)
-            nodes = tree.max_nodes(base.k)
-            if len(widths) > 1:
-                notes.append(f"tree: SGLang expands every depth by one top-k; tree {tree} exported with "
-                             f"eagle_topk={topk} and its {nodes} draft nodes as the budget")
+            topk, nodes = max(tree.branching_at(d) for d in range(1, base.k + 1)), tree.max_nodes(base.k)
+            if not tree.is_chain:
+                notes.append(f"tree: SGLang drafts dynamic trees (eagle_topk frontier nodes per step, the best "
+                             f"num_draft_tokens kept); static tree {tree} approximated by eagle_topk={topk} and "
+                             f"its {nodes} nodes as the budget")
         settings = {"speculative_algorithm": "STANDALONE", "speculative_draft_model_path": draft_model,
                     "speculative_num_steps": base.k, "speculative_eagle_topk": topk,
                     "speculative_num_draft_tokens": nodes + 1 if topk > 1 else base.k + 1}
