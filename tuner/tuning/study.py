@@ -13,11 +13,13 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import optuna
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from engine.config import OFF
 from policies.cost_model import CostModel
@@ -55,10 +57,18 @@ class TuneResult:
     stopped: bool = False
 
 
-def optuna_storage(url: str) -> optuna.storages.RDBStorage:
+def optuna_storage(url: str, attempts: int = 5) -> optuna.storages.RDBStorage:
     """Optuna's storage on the spectune database URL (SQLite waits for writers instead of failing)."""
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except (OperationalError, IntegrityError, ProgrammingError):
+            # Another worker is creating Optuna's tables in a fresh database right now; they exist once it is done.
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def default_study_name(workload: str, source: str, objective: str) -> str:
