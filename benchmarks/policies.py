@@ -1,0 +1,302 @@
+"""Policies on recorded traces: qwen2.5-coder-1.5b (target) + qwen2.5-coder-0.5b (draft), bf16, four workloads.
+
+1. record traces (cached in benchmarks/results/traces/; reruns skip recording), 2. calibrate the cost model (cached
+in benchmarks/results/policies_cost_model.json), 3. replay per (workload, batch size): off, the best single global
+static config, heuristic, goodput, bandit and the per-cell oracle, plus a phase-shifting mixed trace, 4. check the
+replay against the live engine on a few cells, 5. write the table (md + json) and a plot of tokens/s vs k.
+
+A cell at batch size B replays max(recorded, 2B) requests: the workload's recorded requests repeated in order (each
+copy behaves exactly as recorded), so that B requests really run together.
+
+    nice .venv/bin/python benchmarks/policies.py [--prompts 4] [--new-tokens 96] [--skip-live]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)  # this script shares its name with the ``policies`` package: import the package, not the script
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TRACES = RESULTS / "traces"
+COST = RESULTS / "policies_cost_model.json"
+TARGET, DRAFT, DTYPE = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "bfloat16"
+WORKLOADS = ("humaneval", "code-edit", "prose", "math")
+BATCH_SIZES = (1, 2, 4, 8, 16)
+POLICIES = ("heuristic", "goodput", "bandit")
+MIXED_CYCLES = 2
+LIVE_CELLS = (("code-edit", 4, "static:method=ngram,k=8"), ("humaneval", 2, "static:method=draft,k=4"),
+              ("prose", 4, "static:method=off"), ("math", 1, "static:method=draft,k=2"))
+
+
+class Models:
+    """Target and draft, loaded on first use (a rerun with cached traces and cost model loads nothing)."""
+
+    def __init__(self) -> None:
+        self._pair = None
+
+    def get(self):
+        if self._pair is None:
+            from engine.models import check_draft_compatible, load_model
+
+            target, draft = load_model(TARGET, dtype=DTYPE), load_model(DRAFT, dtype=DTYPE)
+            check_draft_compatible(target, draft)
+            self._pair = (target, draft)
+        return self._pair
+
+
+def traces_for(workload: str, prompts: int, new_tokens: int, models: Models) -> list:
+    from tuner.record import encode_prompt, record
+    from tuner.traces import TraceError, load_traces, write_traces
+    from tuner.workloads import read_prompt_file, shipped_prompts
+
+    path = TRACES / f"{workload}.jsonl"
+    if path.exists():
+        try:
+            cached = load_traces(path)
+            if len(cached) == prompts and all(t.max_new_tokens == new_tokens for t in cached):
+                return cached
+        except TraceError:
+            pass
+    target, draft = models.get()
+    records = read_prompt_file(shipped_prompts(workload))[:prompts]
+    started = time.perf_counter()
+    traces = record(target, draft, workload, [r.id for r in records], [encode_prompt(target, r) for r in records],
+                    new_tokens, rank_cap=16, max_batch=4, progress=True)
+    print(f"recorded {workload}: {len(traces)} requests in {time.perf_counter() - started:.0f} s")
+    TRACES.mkdir(parents=True, exist_ok=True)
+    write_traces(path, traces)
+    return traces
+
+
+def cost_model(models: Models):
+    from policies.cost_model import CostModel
+    from tuner.calibrate import calibrate
+
+    if COST.exists():
+        return CostModel.from_json(COST.read_text())
+    started = time.perf_counter()
+    cost = calibrate(*models.get(), progress=True)
+    print(f"calibrated in {time.perf_counter() - started:.0f} s")
+    COST.write_text(cost.to_json())
+    return cost
+
+
+def repeat(traces: list, n: int, workload: str | None = None) -> list:
+    """``n`` requests cycling through ``traces``; copies get distinct request ids (and ``workload`` if given)."""
+    out = []
+    for i in range(n):
+        t = traces[i % len(traces)]
+        update = {"request_id": f"{t.request_id}#{i // len(traces)}"}
+        if workload is not None:
+            update["workload"] = workload
+        out.append(t.model_copy(update=update))
+    return out
+
+
+def mixed(groups: dict[str, list], batch_size: int) -> list:
+    """Phases of 2B requests of one workload at a time, cycling through the workloads; all labelled 'mixed' so a
+    policy has to notice the shift from the statistics alone."""
+    phase = max(2 * batch_size, 4)
+    out = []
+    for cycle in range(MIXED_CYCLES):
+        for workload in WORKLOADS:
+            for t in repeat(groups[workload], phase, "mixed"):
+                out.append(t.model_copy(update={"request_id": f"{workload}/{t.request_id}/{cycle}"}))
+    return out
+
+
+def evaluate(cells_in: dict[tuple[str, int], list], cost) -> tuple[dict, dict]:
+    """Per cell: the static grid (off first) and each policy. Returns (grid results, policy results)."""
+    from policies.registry import build_policy
+    from tuner.replay import oracle_cell, prepare, replay_cell
+
+    grids, policies = {}, {}
+    for key, traces in cells_in.items():
+        prepared = prepare(traces)
+        _, grids[key] = oracle_cell(prepared, cost, key[1])
+        policies[key] = {name: replay_cell(prepared, build_policy(name, cost), cost, key[1], name)
+                         for name in POLICIES}
+        print(f"replayed {key[0]} B={key[1]}")
+    return grids, policies
+
+
+def best_global_static(grids: dict) -> int:
+    """Index of the static config with the best geometric-mean speedup over off across the per-workload cells."""
+    keys = [k for k in grids if k[0] != "mixed"]
+    n = len(grids[keys[0]])
+
+    def score(i: int) -> float:
+        return sum(math.log(grids[k][i].tokens_per_s / grids[k][0].tokens_per_s) for k in keys) / len(keys)
+
+    return max(range(n), key=score)
+
+
+def decode_seconds(engine, requests) -> tuple[dict, float]:
+    """Run ``requests`` live; decode wall time = all step time minus the prefills done while admitting."""
+    for r in requests:
+        engine.add(r)
+    tokens = {r.request_id: [] for r in requests}
+    first_step, prefill, total = {}, {}, 0.0
+    step = 0
+    while engine.has_work():
+        step += 1
+        started = time.perf_counter()
+        outs = engine.step()
+        total += time.perf_counter() - started
+        for o in outs:
+            first_step.setdefault(o.request_id, step)
+            tokens[o.request_id] += o.new_token_ids
+            if o.finished:
+                prefill[first_step[o.request_id]] = o.summary.prefill_s
+    return tokens, total - sum(prefill.values())
+
+
+def live_check(groups: dict, cost, models: Models) -> list[dict]:
+    from engine.engine import Request, SpecEngine
+    from engine.sampling import SamplingParams
+    from policies.registry import PolicySpec, build_policy
+    from tuner.replay import replay_cell
+
+    target, draft = models.get()
+    rows = []
+    for workload, batch, spec in LIVE_CELLS:
+        traces = groups[workload]
+        policy = build_policy(spec, cost)
+        predicted = replay_cell(traces, policy, cost, batch, spec)
+        config = build_policy(PolicySpec.parse(spec)).config  # type: ignore[attr-defined]
+        engine = SpecEngine(target, draft, max_batch=batch)
+        requests = [Request(t.request_id, list(t.prompt_ids), SamplingParams(max_new_tokens=t.max_new_tokens),
+                            config) for t in traces]
+        tokens, seconds = decode_seconds(engine, requests)
+        emitted = sum(len(v) for v in tokens.values())
+        same = sum(tokens[t.request_id] == list(t.output_ids) for t in traces)
+        row = {"workload": workload, "batch_size": batch, "config": config.label(),
+               "predicted_tokens_per_s": predicted.tokens_per_s, "live_tokens_per_s": emitted / seconds,
+               "predicted_steps": predicted.steps, "live_steps": engine.step_count,
+               "outputs_identical_to_trace": f"{same}/{len(traces)}"}
+        row["live_over_predicted"] = row["live_tokens_per_s"] / row["predicted_tokens_per_s"]
+        print(f"live {workload} B={batch} {config.label()}: predicted {predicted.tokens_per_s:.2f} tok/s, live "
+              f"{row['live_tokens_per_s']:.2f} tok/s")
+        rows.append(row)
+    return rows
+
+
+def table(grids: dict, policies: dict, best: int) -> list[dict]:
+    rows = []
+    for (workload, batch), grid in grids.items():
+        off = grid[0].tokens_per_s
+        oracle = max(grid, key=lambda r: r.tokens_per_s)
+        rel = {name: policies[(workload, batch)][name].tokens_per_s / off for name in POLICIES}
+        rows.append({"workload": workload, "batch_size": batch, "off_tokens_per_s": off,
+                     "best_global_static": grid[best].tokens_per_s / off, **rel,
+                     "oracle": oracle.tokens_per_s / off, "oracle_config": oracle.config,
+                     "goodput_config": policies[(workload, batch)]["goodput"].config,
+                     "goodput_over_oracle": rel["goodput"] * off / oracle.tokens_per_s})
+    return rows
+
+
+def markdown(rows: list[dict], best_label: str, live: list[dict], meta: dict) -> str:
+    lines = [f"# Policies on recorded traces ({TARGET} + {DRAFT}, {DTYPE})", "",
+             f"{meta['prompts']} recorded prompts per workload, {meta['new_tokens']} new tokens max; a cell at batch "
+             f"size B replays max(recorded, 2B) requests (recorded ones repeated). Decode tokens/s relative to off "
+             f"(no speculation), from replay priced by the calibrated cost model. Best global static: "
+             f"`{best_label}`.", "",
+             "| workload | B | off tok/s | best global static | heuristic | goodput | bandit | oracle | "
+             "goodput / oracle | oracle config | goodput's configs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['workload']} | {r['batch_size']} | {r['off_tokens_per_s']:.2f} | "
+                     f"{r['best_global_static']:.2f} | {r['heuristic']:.2f} | {r['goodput']:.2f} | {r['bandit']:.2f} | "
+                     f"{r['oracle']:.2f} | {r['goodput_over_oracle']:.2f} | {r['oracle_config']} | "
+                     f"{r['goodput_config']} |")
+    lines += ["", "## Targets", ""]
+    per_cell = [r for r in rows if r["workload"] != "mixed"]
+    worst = min(per_cell, key=lambda r: r["goodput_over_oracle"])
+    lines.append(f"- goodput >= 0.97 x oracle in every cell: {sum(r['goodput_over_oracle'] >= 0.97 for r in rows)}"
+                 f"/{len(rows)} cells meet it; worst {worst['goodput_over_oracle']:.3f} ({worst['workload']} "
+                 f"B={worst['batch_size']})")
+    mix = [r for r in rows if r["workload"] == "mixed"]
+    if mix:
+        ratios = ", ".join(f"B={r['batch_size']}: {r['goodput'] / r['best_global_static']:.2f}" for r in mix)
+        lines.append(f"- goodput >= 1.15 x best global static on the mixed trace: {ratios}")
+    low = min(rows, key=lambda r: r["goodput"])
+    lines.append(f"- goodput never < 0.98 x off: lowest {low['goodput']:.3f} ({low['workload']} "
+                 f"B={low['batch_size']})")
+    if live:
+        lines += ["", "## Replay vs live engine", "",
+                  "| workload | B | config | predicted tok/s | live tok/s | live / predicted | predicted steps | "
+                  "live steps | outputs = trace |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in live:
+            lines.append(f"| {r['workload']} | {r['batch_size']} | {r['config']} | "
+                         f"{r['predicted_tokens_per_s']:.2f} | {r['live_tokens_per_s']:.2f} | "
+                         f"{r['live_over_predicted']:.2f} | {r['predicted_steps']} | {r['live_steps']} | "
+                         f"{r['outputs_identical_to_trace']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(grids: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(WORKLOADS), figsize=(4.2 * len(WORKLOADS), 3.6), sharey=False)
+    for ax, workload in zip(axes, WORKLOADS):
+        for batch, style in ((1, "-"), (8, "--")):
+            grid = grids[(workload, batch)]
+            for method, label, color in (("draft k=", "draft chain", "C0"), ("ngram k=", "n-gram n=1..4", "C1")):
+                points = sorted((int(r.config.split("k=")[1].split()[0]), r.tokens_per_s) for r in grid
+                                if r.config.startswith(method) and r.config.endswith("chain" if method[0] == "d"
+                                                                                     else "chain n=1..4"))
+                ax.plot([k for k, _ in points], [s for _, s in points], style, color=color, marker="o",
+                        markersize=3, label=f"{label}, B={batch}")
+            ax.axhline(grid[0].tokens_per_s, linestyle=style, color="gray", label=f"off, B={batch}")
+        ax.set_title(workload)
+        ax.set_xlabel("k (speculative tokens)")
+        ax.set_xscale("log", base=2)
+    axes[0].set_ylabel("decode tokens/s (replay)")
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=96)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--skip-live", action="store_true")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.set_grad_enabled(False)
+    models = Models()
+    groups = {w: traces_for(w, args.prompts, args.new_tokens, models) for w in WORKLOADS}
+    cost = cost_model(models)
+    cells = {(w, b): repeat(groups[w], max(len(groups[w]), 2 * b)) for w in WORKLOADS for b in BATCH_SIZES}
+    cells.update({("mixed", b): mixed(groups, b) for b in BATCH_SIZES})
+    grids, policies = evaluate(cells, cost)
+    best = best_global_static(grids)
+    best_label = grids[next(iter(grids))][best].config
+    rows = table(grids, policies, best)
+    live = [] if args.skip_live else live_check(groups, cost, models)
+    meta = {"target": TARGET, "draft": DRAFT, "dtype": DTYPE, "prompts": args.prompts, "new_tokens": args.new_tokens,
+            "best_global_static": best_label, "engine": cost.engine.model_dump()}
+    text = markdown(rows, best_label, live, meta)
+    print(text)
+    (RESULTS / "policies.md").write_text(text)
+    (RESULTS / "policies.json").write_text(json.dumps({"meta": meta, "cells": rows, "live": live}, indent=1))
+    plot(grids, RESULTS / "policies.png")
+
+
+if __name__ == "__main__":
+    main()
