@@ -1,0 +1,476 @@
+"""spectune's engine vs transformers' own generate (target alone, assisted generation, prompt lookup) on the same
+model objects, prompts and settings: greedy, same dtypes, same thread count, same max_new_tokens.
+
+    .venv/bin/python benchmarks/engine_vs_hf.py          # qwen2.5-coder-1.5b target, qwen2.5-coder-0.5b draft, bf16
+    .venv/bin/python benchmarks/engine_vs_hf.py --quick  # smollm2-135m bf16 target, its fp32 copy as draft
+
+One process, four phases: (1) the grid, one pass over every config, interleaved per prompt; (2) more passes over the
+compared configs only (the equal-settings pairs and each side's best from the grid), interleaved; (3) 4 concurrent
+requests: spectune batched vs transformers one after another; (4) the target forward cost curve at a ~300-token
+context, through spectune's BatchKV path and through a plain transformers forward with a DynamicCache.
+Writes benchmarks/results/engine_vs_hf[_quick].{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from transformers import DynamicCache
+from transformers import logging as hf_logging
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import ForwardLog, Spread, count_forwards, first_diff, geomean, interleaved, pin_threads  # noqa: E402
+from benchmarks.prompts import HUMANEVAL_MAIN, Prompt, build_prompts  # noqa: E402
+from engine.config import OFF, SpecConfig, TreeShape  # noqa: E402
+from engine.engine import Request, SpecEngine  # noqa: E402
+from engine.kv import BatchKV, Nodes  # noqa: E402
+from engine.models import LoadedModel, check_draft_compatible, load_model  # noqa: E402
+from engine.sampling import SamplingParams  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PROMPTS = ("humaneval", "edit", "prose")
+CONCURRENT = ("humaneval", "humaneval2", "edit", "prose")
+HF, ST = "transformers", "spectune"
+
+
+@dataclass(frozen=True)
+class HfConfig:
+    """One way of calling transformers' ``generate``."""
+
+    kind: Literal["alone", "assisted", "lookup"]
+    k: int = 0
+
+    def label(self) -> str:
+        return {"alone": "target alone", "assisted": f"assisted k={self.k}",
+                "lookup": f"lookup k={self.k} n<=2"}[self.kind]
+
+
+Config = HfConfig | SpecConfig
+
+
+def side(config: Config) -> str:
+    return HF if isinstance(config, HfConfig) else ST
+
+
+def label(config: Config) -> str:
+    return config.label()
+
+
+EQUAL: list[tuple[str, HfConfig, SpecConfig]] = [
+    ("target alone", HfConfig("alone"), OFF),
+    ("draft k=4 chain", HfConfig("assisted", 4), SpecConfig(method="draft", k=4)),
+    ("n-gram k=4 n<=2", HfConfig("lookup", 4), SpecConfig(method="ngram", k=4, min_n=1, max_n=2)),
+]
+HF_GRID = [HfConfig("assisted", k) for k in (2, 4, 6)] + [HfConfig("lookup", k) for k in (4, 8, 12)]
+ST_GRID = ([SpecConfig(method="draft", k=k) for k in (2, 4, 6)]
+           + [SpecConfig(method="draft", k=4, tree=TreeShape(branching=(2, 2)))]
+           + [SpecConfig(method="ngram", k=k, min_n=1, max_n=n) for k in (4, 8, 12) for n in (2, 3)])
+
+
+@dataclass
+class Sample:
+    """One timed generation of one request (or, for a batch, the batch's totals)."""
+
+    tokens_per_s: float
+    seconds: float
+    new_tokens: int
+    target_forwards: int
+    draft_forwards: int
+    mean_acceptance_length: float
+    outputs: list[list[int]]
+
+
+def hf_acceptance(target: ForwardLog, prompt_len: int, new_tokens: int) -> float:
+    """Mean acceptance length of a transformers run from its target forwards. Every call emits accepted + 1 tokens
+    (assisted generation and prompt lookup fold the prefill into the first verify); a call drafted when it was fed
+    more than the prompt (first call) or more than one token (later calls)."""
+    drafting = sum(1 for i, (_, q) in enumerate(target.calls) if q > (prompt_len if i == 0 else 1))
+    accepted = max(new_tokens - target.count, 0)
+    return 1.0 + accepted / drafting if drafting else 1.0
+
+
+class Bench:
+    def __init__(self, target: LoadedModel, draft: LoadedModel, max_new_tokens: int) -> None:
+        self.target, self.draft, self.max_new_tokens = target, draft, max_new_tokens
+        self.decoders = (target.model.get_decoder(), draft.model.get_decoder())
+        self.pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
+        self._ids = 0
+
+    def run(self, config: Config, prompt_ids: list[int], max_new_tokens: int | None = None) -> Sample:
+        if isinstance(config, HfConfig):
+            return self.hf(config, prompt_ids, max_new_tokens)
+        return self.spectune([config], [prompt_ids], max_new_tokens)
+
+    @torch.inference_mode()
+    def hf(self, config: HfConfig, prompt_ids: list[int], max_new_tokens: int | None = None) -> Sample:
+        ids = torch.tensor([prompt_ids], device=self.target.device)
+        kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=self.pad,
+                      max_new_tokens=max_new_tokens or self.max_new_tokens)
+        if config.kind == "assisted":
+            gc = self.draft.model.generation_config
+            gc.num_assistant_tokens = config.k  # reset every call: the heuristic schedule would persist its k
+            gc.num_assistant_tokens_schedule = "constant"
+            gc.assistant_confidence_threshold = 0.0  # v5 defaults to 0.4, which stops drafts early
+            kwargs["assistant_model"] = self.draft.model
+        elif config.kind == "lookup":
+            kwargs.update(prompt_lookup_num_tokens=config.k, max_matching_ngram_size=2)
+        with count_forwards(*self.decoders) as (t_log, d_log):
+            start = time.perf_counter()
+            out = self.target.model.generate(ids, **kwargs)
+            seconds = time.perf_counter() - start
+        new = out[0, len(prompt_ids):].tolist()
+        return Sample(len(new) / seconds, seconds, len(new), t_log.count, d_log.count,
+                      hf_acceptance(t_log, len(prompt_ids), len(new)), [new])
+
+    @torch.inference_mode()
+    def spectune(self, configs: list[SpecConfig], prompts: list[list[int]],
+                 max_new_tokens: int | None = None) -> Sample:
+        # transformers' target alone and prompt lookup never touch the draft; spectune's engine would prefill it for
+        # every admitted request, so it gets the draft only when some request drafts with it
+        uses_draft = any(cfg.method == "draft" for cfg in configs)
+        engine = SpecEngine(self.target, self.draft if uses_draft else None, max_batch=len(prompts))
+        params = SamplingParams(max_new_tokens=max_new_tokens or self.max_new_tokens)
+        requests = []
+        for cfg, ids in zip(configs, prompts):
+            self._ids += 1
+            requests.append(Request(f"r{self._ids}", ids, params, cfg))
+        with count_forwards(*self.decoders) as (t_log, d_log):
+            start = time.perf_counter()
+            done = engine.run(requests)
+            seconds = time.perf_counter() - start
+        outputs = [done[r.request_id][0] for r in requests]
+        summaries = [done[r.request_id][1] for r in requests]
+        drafts = sum(s.drafts for s in summaries)
+        mal = 1.0 + sum(s.accepted_tokens for s in summaries) / drafts if drafts else 1.0
+        total = sum(len(o) for o in outputs)
+        return Sample(total / seconds, seconds, total, t_log.count, d_log.count, mal, outputs)
+
+
+# -- phases ---------------------------------------------------------------------------------------------------------
+def grid_order() -> list[Config]:
+    """Every config once, alternating sides so that no side always runs after the other."""
+    hf = list(dict.fromkeys([hf for _, hf, _ in EQUAL] + HF_GRID))
+    st = list(dict.fromkeys([st for _, _, st in EQUAL] + ST_GRID))
+    out: list[Config] = []
+    for i in range(max(len(hf), len(st))):
+        out += ([hf[i]] if i < len(hf) else []) + ([st[i]] if i < len(st) else [])
+    return out
+
+
+def best(samples: dict[Config, list[Sample]], which: str) -> Config:
+    mine = {c: s for c, s in samples.items() if side(c) == which}
+    return max(mine, key=lambda c: Spread.of([x.tokens_per_s for x in mine[c]]).median)
+
+
+def single_requests(bench: Bench, prompts: dict[str, Prompt], reps: int, log) -> dict[str, dict[Config, list[Sample]]]:
+    samples: dict[str, dict[Config, list[Sample]]] = {p: {} for p in PROMPTS}
+    order = grid_order()
+    for _, (name, cfg) in interleaved([(p, c) for p in PROMPTS for c in order], 1):
+        samples[name].setdefault(cfg, []).append(s := bench.run(cfg, prompts[name].ids))
+        log(f"grid     {name:<9} {side(cfg):<12} {label(cfg):<26} {s.tokens_per_s:6.2f} tok/s")
+    compared = {p: list(dict.fromkeys([c for _, hf, st in EQUAL for c in (hf, st)]
+                                      + [best(samples[p], HF), best(samples[p], ST)])) for p in PROMPTS}
+    for rep, name in interleaved(list(PROMPTS), reps - 1):
+        configs = compared[name]
+        shift = (rep + 1) % len(configs)
+        for cfg in configs[shift:] + configs[:shift]:
+            samples[name][cfg].append(s := bench.run(cfg, prompts[name].ids))
+            log(f"rep {rep + 2}    {name:<9} {side(cfg):<12} {label(cfg):<26} {s.tokens_per_s:6.2f} tok/s")
+    return samples
+
+
+def global_best(samples: dict[str, dict[Config, list[Sample]]]) -> SpecConfig:
+    """The spectune config with the best geometric-mean speedup over spectune off across the prompts."""
+    def speedup(cfg: SpecConfig) -> float:
+        return geomean([Spread.of([s.tokens_per_s for s in samples[p][cfg]]).median
+                        / Spread.of([s.tokens_per_s for s in samples[p][OFF]]).median for p in PROMPTS])
+    return max((c for c in samples[PROMPTS[0]] if side(c) == ST and c.speculative), key=speedup)
+
+
+def concurrent(bench: Bench, prompts: dict[str, Prompt], samples, reps: int, log) -> dict[str, object]:
+    best_hf = {p: best(samples[p], HF) for p in PROMPTS}
+    best_st = {p: best(samples[p], ST) for p in PROMPTS}
+    family = {name: "humaneval" if name.startswith("humaneval") else name for name in CONCURRENT}
+    ids = [prompts[name].ids for name in CONCURRENT]
+    glob = global_best(samples)
+    runs = {
+        "transformers one after another (best per prompt)": ("hf", [best_hf[family[n]] for n in CONCURRENT]),
+        f"spectune batched, {glob.label()} for all": ("st", [glob] * len(CONCURRENT)),
+        "spectune batched, best per prompt": ("st", [best_st[family[n]] for n in CONCURRENT]),
+        "spectune batched, off": ("st", [OFF] * len(CONCURRENT)),
+    }
+    results: dict[str, list[Sample]] = {name: [] for name in runs}
+    for rep, name in interleaved(list(runs), reps):
+        kind, configs = runs[name]
+        if kind == "hf":
+            parts = [bench.hf(cfg, p) for cfg, p in zip(configs, ids)]
+            seconds = sum(x.seconds for x in parts)
+            total = sum(x.new_tokens for x in parts)
+            s = Sample(total / seconds, seconds, total, sum(x.target_forwards for x in parts),
+                       sum(x.draft_forwards for x in parts), 0.0, [x.outputs[0] for x in parts])
+        else:
+            s = bench.spectune(configs, ids)
+        results[name].append(s)
+        log(f"conc {rep + 1}   {name:<52} {s.tokens_per_s:6.2f} tok/s")
+    return {"runs": runs, "results": results}
+
+
+@torch.inference_mode()
+def cost_curve(target: LoadedModel, draft: LoadedModel, context: list[int], reps: int, log) -> list[dict]:
+    """Forward + logits for every fed token at a ``len(context)``-token cache: spectune's BatchKV path (mask building
+    included) and a plain transformers forward on a DynamicCache, both timed per call."""
+    points = ([("target", 1, t) for t in (1, 2, 4, 8, 16)] + [("target", b, 1) for b in (2, 4, 8)]
+              + [("draft", 1, 1)])
+    models = {"target": target.model, "draft": draft.model}
+    prefix = context[:-1]
+    kvs: dict[tuple[str, int], BatchKV] = {}
+    caches: dict[tuple[str, int], DynamicCache] = {}
+    for name, model in models.items():
+        one = BatchKV(model, 1)
+        one.forward(Nodes.chains([prefix], 0, one.device))
+        one.commit([list(range(len(prefix)))])
+        dyn = DynamicCache()
+        model(input_ids=torch.tensor([prefix], device=one.device), cache=dyn, use_cache=True)
+        for b in sorted({b for n, b, _ in points if n == name}):
+            kv = BatchKV(model, 0)
+            for _ in range(b):
+                kv.extend(one)
+            kvs[(name, b)] = kv
+            caches[(name, b)] = DynamicCache(ddp_cache_data=[(x.keys.repeat(b, 1, 1, 1), x.values.repeat(b, 1, 1, 1))
+                                                             for x in dyn.layers])
+    times: dict[tuple[str, int, int], dict[str, list[float]]] = {p: {"spectune": [], "hf": []} for p in points}
+    for rep, (name, b, t) in interleaved(points, reps + 1):
+        tokens = [context[-1:] * t] * b
+        kv, cache, model = kvs[(name, b)], caches[(name, b)], models[name]
+        for path in (("spectune", "hf") if rep % 2 else ("hf", "spectune")):
+            start = time.perf_counter()
+            if path == "spectune":
+                kv.logits(kv.forward(Nodes.chains(tokens, 0, kv.device)))
+            else:
+                model(input_ids=torch.tensor(tokens, device=kv.device), cache=cache, use_cache=True)
+            ms = 1000 * (time.perf_counter() - start)
+            if rep:  # the first pass warms kernels up
+                times[(name, b, t)][path].append(ms)
+        kv.commit([[] for _ in range(b)])
+        cache.crop(-t)
+    rows = []
+    for (name, b, t), ms in times.items():
+        rows.append({"model": name, "batch": b, "tokens": t, "spectune_ms": asdict(Spread.of(ms["spectune"])),
+                     "hf_ms": asdict(Spread.of(ms["hf"]))})
+        log(f"cost     {name:<6} batch {b} tokens {t:>2}: spectune {Spread.of(ms['spectune']).fmt(1)} ms, "
+            f"transformers {Spread.of(ms['hf']).fmt(1)} ms")
+    return rows
+
+
+# -- report ---------------------------------------------------------------------------------------------------------
+def tps(samples: list[Sample]) -> Spread:
+    return Spread.of([s.tokens_per_s for s in samples])
+
+
+def ratio(st: list[Sample], hf: list[Sample]) -> str:
+    """Ratio of medians, with the range of the per-pass ratios (both sides ran in the same passes)."""
+    mid = tps(st).median / tps(hf).median
+    per_pass = [a.tokens_per_s / b.tokens_per_s for a, b in zip(st, hf)]
+    if len(per_pass) < 2:
+        return f"{mid:.2f}x"
+    return f"{mid:.2f}x ({min(per_pass):.2f}-{max(per_pass):.2f})"
+
+
+def match(samples: list[Sample], refs: list[list[int]], names: tuple[str, ...] = ()) -> str:
+    """``yes`` when every output equals transformers' target-alone greedy output, else where it first differs
+    (per request for a batch); ``(varies)`` when the passes disagree."""
+    diffs = {tuple(first_diff(o, r) for o, r in zip(s.outputs, refs)) for s in samples}
+    worst = [min(d[i] for d in diffs if d[i] is not None) if any(d[i] is not None for d in diffs) else None
+             for i in range(len(refs))]
+    if all(d is None for d in worst):
+        text = "yes"
+    elif names:
+        text = "no: " + ", ".join(f"{n} @{d}" for n, d in zip(names, worst) if d is not None)
+    else:
+        text = f"no @{worst[0]}"
+    return text + (" (varies)" if len(diffs) > 1 else "")
+
+
+def counts(samples: list[Sample], field: str) -> str:
+    values = sorted({getattr(s, field) for s in samples})
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def prompt_table(name: str, prompt: Prompt, samples: dict[Config, list[Sample]]) -> list[str]:
+    ref = [samples[HfConfig("alone")][0].outputs[0]]
+    what = {"humaneval": f"{HUMANEVAL_MAIN}, raw completion", "edit": "rename a variable in a 41-line file, chat",
+            "prose": "open question, chat"}[name]
+    lines = [f"### {name}: {what}, {len(prompt.ids)} prompt tokens", "",
+             "| comparison | transformers | tok/s | spectune | tok/s | spectune/transformers | MAL tf / st "
+             "| target fwd tf / st | draft fwd tf / st | same as tf target alone: tf / st |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    pairs = [(f"equal: {title}", hf, st) for title, hf, st in EQUAL]
+    pairs.append(("best of each grid", best(samples, HF), best(samples, ST)))
+    for title, hf, st in pairs:
+        a, b = samples[hf], samples[st]
+        lines.append(f"| {title} | {label(hf)} | {tps(a).fmt()} | {label(st)} | {tps(b).fmt()} | {ratio(b, a)} "
+                     f"| {a[0].mean_acceptance_length:.2f} / {b[0].mean_acceptance_length:.2f} "
+                     f"| {counts(a, 'target_forwards')} / {counts(b, 'target_forwards')} "
+                     f"| {counts(a, 'draft_forwards')} / {counts(b, 'draft_forwards')} "
+                     f"| {match(a, ref)} / {match(b, ref)} |")
+    lines += ["", f"Grid for {name} (runs = timed passes; tok/s = median (min-max)):", "",
+              "| side | config | runs | tok/s | MAL | target fwd | draft fwd | new tokens | same as tf target alone |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for cfg in sorted(samples, key=lambda c: (side(c), -tps(samples[c]).median)):
+        s = samples[cfg]
+        lines.append(f"| {side(cfg)} | {label(cfg)} | {len(s)} | {tps(s).fmt()} | {s[0].mean_acceptance_length:.2f} "
+                     f"| {counts(s, 'target_forwards')} | {counts(s, 'draft_forwards')} | {counts(s, 'new_tokens')} "
+                     f"| {match(s, ref)} |")
+    return lines + [""]
+
+
+def concurrent_table(conc: dict, refs: list[list[int]]) -> list[str]:
+    runs, results = conc["runs"], conc["results"]
+    base = next(name for name in runs if runs[name][0] == "hf")
+    lines = [f"### {len(CONCURRENT)} concurrent requests ({', '.join(CONCURRENT)})", "",
+             "| run | configs | total tokens | wall s | tok/s | vs transformers one after another "
+             "| target fwd | same as tf target alone |", "|---|---|---|---|---|---|---|---|"]
+    for name, (_, configs) in runs.items():
+        s = results[name]
+        cfgs = ", ".join(dict.fromkeys(label(c) for c in configs))
+        lines.append(f"| {name} | {cfgs} | {counts(s, 'new_tokens')} | {Spread.of([x.seconds for x in s]).fmt(1)} "
+                     f"| {tps(s).fmt()} | {ratio(s, results[base])} | {counts(s, 'target_forwards')} "
+                     f"| {match(s, refs, CONCURRENT)} |")
+    return lines + [""]
+
+
+def cost_table(rows: list[dict], context: int) -> list[str]:
+    def ms(row: dict, path: str) -> float:
+        return row[f"{path}_ms"]["median"]
+
+    unit = {r["model"]: r for r in rows if r["batch"] == 1 and r["tokens"] == 1}
+    lines = [f"### Forward cost at a {context}-token context (ms per forward + logits of every fed token)", "",
+             "| model | batch | tokens fed | spectune BatchKV ms | x 1 token | transformers DynamicCache ms "
+             "| x 1 token |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        one = unit[r["model"]]
+        st, hf = Spread(**r["spectune_ms"]), Spread(**r["hf_ms"])
+        lines.append(f"| {r['model']} | {r['batch']} | {r['tokens']} | {st.fmt(1)} "
+                     f"| {st.median / ms(one, 'spectune'):.2f} | {hf.fmt(1)} | {hf.median / ms(one, 'hf'):.2f} |")
+    ratio_st = ms(unit["draft"], "spectune") / ms(unit["target"], "spectune")
+    ratio_hf = ms(unit["draft"], "hf") / ms(unit["target"], "hf")
+    return lines + ["", f"Draft/target single-token cost ratio: {ratio_st:.2f} (spectune path), "
+                        f"{ratio_hf:.2f} (transformers forward).", ""]
+
+
+def targets(samples, conc) -> list[str]:
+    lines = ["### Targets", ""]
+    for name in PROMPTS:
+        s = samples[name]
+        eq = ", ".join(f"{title} {tps(s[st]).median / tps(s[hf]).median:.2f}x" for title, hf, st in EQUAL)
+        b = tps(s[best(s, ST)]).median / tps(s[best(s, HF)]).median
+        lines.append(f"- {name}: equal settings (>= 1.0x): {eq}; best vs best (>= 1.2x): {b:.2f}x "
+                     f"({'met' if b >= 1.2 else 'missed'})")
+    results = conc["results"]
+    base = tps(next(results[n] for n, (kind, _) in conc["runs"].items() if kind == "hf")).median
+    glob = next(n for n in results if "for all" in n)
+    lines.append(f"- 4 concurrent (>= 2x): {glob}: {tps(results[glob]).median / base:.2f}x "
+                 f"({'met' if tps(results[glob]).median / base >= 2 else 'missed'})")
+    return lines + [""]
+
+
+def to_json(meta, samples, conc, cost, refs) -> dict:
+    def sample(s: Sample, references: list[list[int]]) -> dict:
+        out = asdict(s)
+        out["first_diff_vs_tf_target_alone"] = [first_diff(o, r) for o, r in zip(s.outputs, references)]
+        return out
+
+    single = {p: [{"side": side(c), "config": label(c), "samples": [sample(x, [samples[p][HfConfig('alone')][0]
+                                                                                 .outputs[0]]) for x in s]}
+                  for c, s in samples[p].items()] for p in PROMPTS}
+    concurrent_out = {n: {"configs": [label(c) for c in conc["runs"][n][1]],
+                          "samples": [sample(x, refs) for x in conc["results"][n]]} for n in conc["runs"]}
+    return {"meta": meta, "single": single, "concurrent": concurrent_out, "cost_curve": cost}
+
+
+# -- main -----------------------------------------------------------------------------------------------------------
+def warm_up(bench: Bench, prompts: dict[str, Prompt]) -> None:
+    """One short run of every code path, so first-call kernel setup is not timed."""
+    ids = prompts["edit"].ids
+    for cfg in [HfConfig("alone"), HfConfig("assisted", 4), HfConfig("lookup", 4), OFF, *ST_GRID[3:5]]:
+        bench.run(cfg, ids, max_new_tokens=8)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smollm2-135m (bf16 target, fp32 draft), fewer tokens")
+    parser.add_argument("--reps", type=int, default=2, help="timed passes of the compared configs (>= 2)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default 96, or 32 with --quick")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--context", type=int, default=300, help="cache length for the cost curve")
+    parser.add_argument("--cost-reps", type=int, default=5)
+    args = parser.parse_args()
+    if args.reps < 1:
+        parser.error("--reps: must be at least 1")
+    max_new = args.max_new_tokens or (32 if args.quick else 96)
+    pin_threads(args.threads)
+    hf_logging.set_verbosity_error()
+    started = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - started:7.1f}s load {os.getloadavg()[0]:.2f}] {msg}", file=sys.stderr,
+              flush=True)
+
+    names = (("smollm2-135m", "bfloat16"), ("smollm2-135m", "float32")) if args.quick else \
+        (("qwen2.5-coder-1.5b", "bfloat16"), ("qwen2.5-coder-0.5b", "bfloat16"))
+    meta = {"command": " ".join([".venv/bin/python", "benchmarks/engine_vs_hf.py", *sys.argv[1:]]),
+            "target": "/".join(names[0]), "draft": "/".join(names[1]), "max_new_tokens": max_new,
+            "reps": args.reps, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": __import__("transformers").__version__, "load_avg_start": os.getloadavg()}
+    log(f"loading {names}")
+    target = load_model(names[0][0], dtype=names[0][1])
+    draft = load_model(names[1][0], dtype=names[1][1])
+    check_draft_compatible(target, draft)
+    prompts = build_prompts(target.tokenizer)
+    bench = Bench(target, draft, max_new)
+    warm_up(bench, prompts)
+    log("grid")
+    samples = single_requests(bench, prompts, args.reps, log)
+    refs = [samples[p][HfConfig("alone")][0].outputs[0] if p in samples else
+            bench.hf(HfConfig("alone"), prompts[p].ids).outputs[0] for p in CONCURRENT]
+    meta["load_avg_after_single"] = os.getloadavg()
+    conc = concurrent(bench, prompts, samples, args.reps, log)
+    context = (prompts["edit"].ids * (1 + args.context // len(prompts["edit"].ids)))[:args.context + 1]
+    cost = cost_curve(target, draft, context, args.cost_reps, log)
+    meta["load_avg_end"] = os.getloadavg()
+    meta["wall_s"] = round(time.perf_counter() - started, 1)
+
+    head = [f"## spectune vs transformers: {meta['target']} target, {meta['draft']} draft", "",
+            f"`{meta['command']}`: greedy, max_new_tokens {max_new}, torch threads {meta['threads']}, "
+            f"{args.reps} timed passes of the compared configs (grid: 1 pass), torch {meta['torch']}, "
+            f"transformers {meta['transformers']}. Load average (1/5/15 min) at start "
+            f"{'/'.join(f'{x:.1f}' for x in meta['load_avg_start'])}, at end "
+            f"{'/'.join(f'{x:.1f}' for x in meta['load_avg_end'])}; wall {meta['wall_s']:.0f} s. "
+            "tok/s = new tokens / wall time of the whole call (prefill included), median (min-max); "
+            "MAL = mean acceptance length (1 + accepted / drafting steps; transformers' derived from its forward "
+            "calls); fwd = forward calls of the decoder stack incl. prefill.", ""]
+    body = head + targets(samples, conc)
+    for name in PROMPTS:
+        body += prompt_table(name, prompts[name], samples[name])
+    body += concurrent_table(conc, refs) + cost_table(cost, args.context)
+    text = "\n".join(body)
+    print(text)
+    stem = "engine_vs_hf_quick" if args.quick else "engine_vs_hf"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{stem}.md").write_text(text + "\n")
+    (RESULTS / f"{stem}.json").write_text(json.dumps(to_json(meta, samples, conc, cost, refs), indent=1))
+    log(f"wrote {RESULTS / stem}.md and .json")
+
+
+if __name__ == "__main__":
+    main()
