@@ -21,6 +21,8 @@ from storage.models import Profile, Workload, utcnow
 from storage.schemas import ProfileCreate, ProfileRecord
 from storage.workloads import find, find_or_create
 
+EXTENSIONS_KEY = "_extensions"
+
 
 def put_profile(session: Session, workload: str, profile: ProfileCreate, *, activate: bool = True) -> ProfileRecord:
     """Store ``profile`` as the workload's next version (creating the workload if needed); activate it by default."""
@@ -33,7 +35,9 @@ def put_profile(session: Session, workload: str, profile: ProfileCreate, *, acti
         draft_model=profile.identity.draft,
         dtype=profile.identity.dtype,
         hardware=profile.identity.hardware,
-        config=profile.config.model_dump(mode="json"),
+        # Extensions ride in the config JSON column (no migration); to_record splits them off again.
+        config={**profile.config.model_dump(mode="json"),
+                **({EXTENSIONS_KEY: profile.extensions} if profile.extensions else {})},
         schedule=profile.schedule.model_dump(mode="json") if profile.schedule else None,
         measurements=profile.measurements.model_dump(mode="json") if profile.measurements else None,
         provenance_kind=profile.provenance.kind,
@@ -148,12 +152,15 @@ def _activate(session: Session, row: Profile) -> None:
 
 
 def to_record(workload: str, row: Profile) -> ProfileRecord:
+    config = dict(row.config)
+    extensions = config.pop(EXTENSIONS_KEY, {})
     return ProfileRecord.model_validate({
         "workload": workload,
         "version": row.version,
         "identity": EngineIdentity(target=row.target_model, draft=row.draft_model, dtype=row.dtype,
                                    hardware=row.hardware),
-        "config": row.config,
+        "config": config,
+        "extensions": extensions,
         "schedule": row.schedule,
         "measurements": row.measurements,
         "provenance": {"kind": row.provenance_kind, "study": row.study_name, "trial": row.trial_number,

@@ -151,6 +151,9 @@ class ProfileCreate(_Strict):
     schedule: Schedule | None = None
     measurements: Measurements | None = None
     provenance: Provenance = Provenance()
+    extensions: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="engine-only settings SpecConfig has no field for, keyed by engine "
+                                          "(e.g. llamacpp: {spec_type: ngram-mod})")
 
 
 class ProfileRecord(_Strict):
@@ -161,6 +164,7 @@ class ProfileRecord(_Strict):
     schedule: Schedule | None
     measurements: Measurements | None
     provenance: Provenance
+    extensions: dict[str, dict[str, Any]] = Field(default_factory=dict)
     active: bool
     created_at: datetime
     activated_at: datetime | None

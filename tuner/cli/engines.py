@@ -99,7 +99,7 @@ def launch(
         if config is not None and workload is not None:
             raise UsageError("--config and --workload: give one of them, not both")
         if workload is not None:
-            spec, extension = _stored_config(workload, model, draft, db), None
+            spec, extension = _stored_config(workload, model, draft, db)
         else:
             spec, extension = parse_config_json(config or '{"method": "off"}')
         options = ServerOptions(model=resolve_gguf(model, "--model"), threads=threads, ctx_size=ctx_size, port=port)

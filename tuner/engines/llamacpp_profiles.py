@@ -8,6 +8,7 @@ match it by accident) and ``hardware`` is the CPU fingerprint. Portable profiles
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -33,8 +34,10 @@ def llamacpp_identity(model: str, draft: str | None) -> EngineIdentity:
                           hardware=hardware_fingerprint("cpu"))
 
 
-def active_config(session: Session, workload: str, identity: EngineIdentity) -> SpecConfig:
-    """The config of ``workload``'s active profile for ``identity``; ValueError when there is none to apply."""
+def active_config(session: Session, workload: str,
+                  identity: EngineIdentity) -> tuple[SpecConfig, dict[str, Any] | None]:
+    """The config and ``llamacpp`` extension of ``workload``'s active profile for ``identity``; ValueError when there
+    is none to apply."""
     record = resolve(session, workload, identity)
     if record is None:
         raise ValueError(f"workload: {workload!r} has no active profile for {identity}")
@@ -42,4 +45,4 @@ def active_config(session: Session, workload: str, identity: EngineIdentity) -> 
         raise UnsupportedConfigError(
             "schedule", f"version {record.version} of {workload!r} switches configs by batch size or context length; "
             "llama-server fixes one config at launch")
-    return record.config
+    return record.config, record.extensions.get("llamacpp")
