@@ -139,7 +139,7 @@ def test_decisions_audit_trail_filters_and_pages(client: TestClient, db_url: str
 
 def test_recommendation_needs_a_controller(client: TestClient) -> None:
     response = client.get("/v1/recommendation?workload=code", headers=AUTH)
-    assert response.status_code == 503 and "--engine-url" in response.json()["error"]["message"]
+    assert response.status_code == 404 and "--engine-url" in response.json()["error"]["message"]
 
 
 def test_refuses_an_out_of_date_schema_naming_the_upgrade_command(tmp_path: Path) -> None:

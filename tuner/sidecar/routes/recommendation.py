@@ -22,7 +22,8 @@ def recommendation(state: State, workload: Annotated[str, Query(min_length=1, ma
     """Without ``batch_size`` / ``context_len`` the workload's most frequent batch size and median context apply."""
     controller = state.controller
     if controller is None:
-        raise ApiError(503, "no controller: start the sidecar with --engine-url to observe traffic")
+        raise ApiError(404, f"workload: no statistics observed for {workload!r}: this sidecar steers no engine "
+                            "(start it with --engine-url)", "workload")
     with controller.lock:
         work = controller.workloads.get(workload)
         if work is None or work.stats.steps_seen == 0:
