@@ -14,6 +14,7 @@ from tuner.cli.models import models_app
 from tuner.cli.profiles import profiles_app
 from tuner.cli.record import record
 from tuner.cli.replay import replay
+from tuner.cli.sidecar import sidecar
 from tuner.cli.tune import tune
 
 app = typer.Typer(name="spectune", help="Decide, per workload and live, whether speculative decoding pays.",
@@ -29,6 +30,7 @@ app.command("generate")(generate)
 app.command("record")(record)
 app.command("calibrate")(calibrate)
 app.command("tune")(tune)
+app.command("sidecar")(sidecar)
 
 
 def main() -> None:

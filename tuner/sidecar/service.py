@@ -1,0 +1,40 @@
+"""Wire a sidecar from its settings: the checked database, and with an engine URL the controller that steers it."""
+
+from __future__ import annotations
+
+from policies.cost_model import CostModel
+from tuner.controller.drift import DriftOptions
+from tuner.controller.estimate import Estimator, build_estimator
+from tuner.controller.loop import Controller
+from tuner.controller.retune import RecordedRetune
+from tuner.controller.stabilise import Stabiliser, StabilityOptions
+from tuner.engines.spectune import SpectuneEngine
+from tuner.sidecar.app import build_state
+from tuner.sidecar.settings import Settings
+from tuner.sidecar.state import SidecarState
+
+
+def load_cost_model(settings: Settings) -> CostModel:
+    if settings.cost_model is None:
+        raise ValueError("cost-model: the controller prices configs with a measured cost model; run `spectune "
+                         "calibrate` and pass --cost-model FILE (or SPECTUNE_COST_MODEL)")
+    try:
+        return CostModel.from_json(settings.cost_model.expanduser().read_bytes())
+    except OSError as exc:
+        raise ValueError(f"cost-model: cannot read {settings.cost_model}: {exc.strerror}") from None
+
+
+def build_service(settings: Settings, stability: StabilityOptions | None = None,
+                  drift: DriftOptions | None = None) -> SidecarState:
+    """The sidecar state; a controller is attached when ``settings.engine_url`` is set (it needs a cost model)."""
+    estimator = None
+    if settings.engine_url is not None:
+        estimator = Estimator(build_estimator(settings.policy, load_cost_model(settings)))
+    state = build_state(settings)
+    if estimator is not None:
+        token = settings.admin_token.get_secret_value() if settings.admin_token else None
+        engine = SpectuneEngine(str(settings.engine_url), admin_token=token)
+        state.controller = Controller(engine, estimator, state.db, metrics=state.metrics,
+                                      stabiliser=Stabiliser(stability), drift=drift, retuner=RecordedRetune(state.db))
+    return state
+
