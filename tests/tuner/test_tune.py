@@ -162,6 +162,7 @@ def test_two_processes_share_a_study_on_postgres(tmp_path: Path) -> None:
     (["--source", "magic"], "source: expected one of replay, live"),
     (["--batch-mix", "1-0.5"], "--batch-mix: '1-0.5' is not BATCH:WEIGHT"),
     (["--cost-model", "/nonexistent.json"], "--cost-model: /nonexistent.json: no such file"),
+    (["--engine-url", "http://127.0.0.1:9"], "--engine-url: spectune engine at http://127.0.0.1:9 not healthy"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     url = migrated_sqlite(tmp_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -43,13 +44,16 @@ def workload_prompts(workload: str, path: Path | None) -> list[str]:
 
 
 def connect_engine(url: str) -> EngineAdapter:
-    """The spectune engine server at ``url`` through its engine client."""
+    """The spectune engine server at ``url`` through its engine client (admin token from ``SPECTUNE_ADMIN_TOKEN``)."""
+    from tuner.engines.base import EngineError
+    from tuner.engines.spectune import SpectuneEngine
+
+    engine = SpectuneEngine(url, admin_token=os.environ.get("SPECTUNE_ADMIN_TOKEN") or None, startup_timeout_s=10)
     try:
-        from tuner.engines.spectune import SpectuneEngine
-    except ImportError:
-        raise UsageError("--engine-url: this build has no spectune engine client (tuner.engines.spectune)") from None
-    engine = SpectuneEngine(url)
-    engine.start()
+        engine.start()
+    except EngineError as exc:
+        engine.stop()
+        raise UsageError(f"--engine-url: {exc}") from None
     return engine
 
 
@@ -103,11 +107,15 @@ def tune(
                                       hardware=cost.engine.device)
         engine = connect_engine(engine_url) if engine_url else None
         texts = workload_prompts(workload, prompts) if engine is not None else []
+        from tuner.engines.base import EngineError
+
         try:
             result = run_tune(workload, trials, source=source, objective=objective, storage_url=url,
                               study_name=join or study, join=join is not None, traces=trace_list, cost=cost,
                               batch_mix=mix, engine=engine, prompts=texts, max_tokens=max_tokens,
                               confirm_top=confirm_top, identity=identity, seed=seed, progress=progress)
+        except EngineError as exc:
+            raise UsageError(f"engine: {exc}") from None
         finally:
             if engine is not None:
                 engine.stop()
