@@ -65,6 +65,24 @@ def test_replay_search_turns_speculation_off_where_nothing_is_accepted(tmp_path:
     assert [b.batch_size for b in result.profile.measurements.buckets] == [1, 4]
 
 
+@pytest.mark.parametrize(("workload", "speculates"), [("copy", True), ("fresh", False)])
+def test_latency_objective_minimises_p99_inter_token_latency(tmp_path: Path, workload: str,
+                                                             speculates: bool) -> None:
+    # Long outputs: a request's first step (nothing to look up yet) is under 1% of its tokens, so p99 sees the rest.
+    traces = copy_traces(repeats=4) + fresh_traces()
+    url = migrated_sqlite(tmp_path)
+    cost = linear_cost()
+    result = tune(workload, 25, objective="latency", storage_url=url, traces=traces, cost=cost, seed=7,
+                  progress=False)
+    assert result.study_name == f"{workload}-replay-latency"
+    assert result.profile is not None and result.profile.config.speculative == speculates
+    scorer = ReplayScorer([t for t in traces if t.workload == workload], cost, None)
+    off = scorer.score(Candidate(SpecConfig()))
+    best = result.best[0]["values"][0]
+    assert best == pytest.approx(result.profile.measurements.buckets[0].latency_p99_ms)
+    assert (best < 0.9 * off.p99_ms) if speculates else best == pytest.approx(off.p99_ms)
+
+
 def test_batch_mix_weights_the_buckets() -> None:
     cost = linear_cost()
     mine = [t for t in TRACES if t.workload == "copy"]

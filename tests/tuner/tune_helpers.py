@@ -18,13 +18,13 @@ from tests.policies.synthetic import make_trace
 from tuner.traces import Trace
 
 
-def copy_traces(workload: str = "copy", requests: int = 4) -> list[Trace]:
-    """The output repeats the prompt twice: after its first token every n-gram lookup is right."""
+def copy_traces(workload: str = "copy", requests: int = 4, repeats: int = 2) -> list[Trace]:
+    """The output repeats the prompt ``repeats`` times: after its first token every n-gram lookup is right."""
     out = []
     for r in range(requests):
         prompt = list(range(100 + 50 * r, 140 + 50 * r))
-        out.append(make_trace(prompt + prompt, prompt=prompt, workload=workload, request_id=f"c{r}",
-                              ranks=[3] * 80))
+        out.append(make_trace(prompt * repeats, prompt=prompt, workload=workload, request_id=f"c{r}",
+                              ranks=[3] * (40 * repeats)))
     return out
 
 

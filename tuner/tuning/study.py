@@ -28,7 +28,7 @@ from storage.identity import PORTABLE, EngineIdentity
 from storage.profiles import put_profile
 from storage.runs import finish_run, start_run
 from storage.schemas import ProfileCreate, ProfileRecord, Provenance, check_workload_name
-from tuner.engines.base import EngineAdapter
+from tuner.engines.base import EngineAdapter, UnsupportedConfigError
 from tuner.traces import Trace
 from tuner.tuning.progress import TrialProgress, finished_trials
 from tuner.tuning.scoring import ReplayScorer, Score, measure_live, normalize_mix
@@ -162,13 +162,17 @@ def tune(workload: str, trials: int, *, source: str = "replay", objective: str =
     source, objective = study.user_attrs["source"], study.user_attrs["objective"]
     target = int(study.user_attrs["trials"])
     evaluate = _evaluator(source, workload, traces, cost, batch_mix, engine, prompts, max_tokens)
-    space = _space(source, traces, batch_mix)
+    space = _space(source, traces, batch_mix, engine)
 
     def objective_fn(trial: optuna.Trial) -> float | tuple[float, float]:
         candidate = space.suggest(trial)
         trial.set_user_attr("candidate", candidate.to_json())
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
-        return _values(evaluate(candidate), objective)
+        try:
+            return _values(evaluate(candidate), objective)
+        except UnsupportedConfigError as exc:  # e.g. draft on an engine without a draft model: skip, keep searching
+            trial.set_user_attr("unsupported", str(exc))
+            raise optuna.TrialPruned(str(exc)) from None
 
     def stop_when_done(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
         if on_trial is not None:
@@ -209,10 +213,14 @@ def _summary(result: TuneResult) -> dict[str, Any]:
             "profile_version": result.profile.version if result.profile is not None else None}
 
 
-def _space(source: str, traces: Sequence[Trace] | None, batch_mix: dict[int, float] | None) -> SearchSpace:
+def _space(source: str, traces: Sequence[Trace] | None, batch_mix: dict[int, float] | None,
+           engine: EngineAdapter | None) -> SearchSpace:
     if source == "live":
         # Live requests go one at a time (batch size 1): a batch-size split cannot be measured there.
-        return SearchSpace.build(has_draft=True, rank_cap=16, batch_sizes=[1])
+        assert engine is not None
+        caps = engine.capabilities
+        return SearchSpace.build(has_draft="draft" in caps.methods, rank_cap=16 if caps.trees else 1,
+                                 batch_sizes=[1])
     assert traces is not None
     has_draft = all(t.has_draft for t in traces)
     rank_cap = min(t.rank_cap for t in traces) if has_draft else 1
