@@ -3,7 +3,8 @@
 Shapes follow each engine's documentation:
 
 - vLLM: ``--speculative-config JSON``; ``method`` ``"ngram"`` (``prompt_lookup_min/max``) or ``"draft_model"``
-  (``model``), ``num_speculative_tokens``, and ``num_speculative_tokens_per_batch_size`` as ``[[lo, hi, k], ...]``.
+  (``model``), ``num_speculative_tokens``, and ``num_speculative_tokens_per_batch_size`` as ``[[lo, hi, k], ...]``
+  (inclusive ranges; an open top range ends at 2**20).
 - SGLang: ``--speculative-algorithm STANDALONE|NGRAM --speculative-num-steps --speculative-eagle-topk
   --speculative-num-draft-tokens`` (draft tokens count the root: a chain of k drafts verifies k + 1 tokens), n-gram
   windows as ``--speculative-ngram-min/max-match-window-size``.

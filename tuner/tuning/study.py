@@ -108,7 +108,7 @@ def _open_study(storage: optuna.storages.RDBStorage, name: str, *, join: bool, w
     else:
         for key, value in (("workload", workload), ("source", source), ("objective", objective)):
             study.set_user_attr(key, value)
-    study.set_user_attr("trials", max(trials, int(attrs.get("trials", 0))))
+    study.set_user_attr("trials", trials)  # the owner sets the target; joined workers share it
     return study
 
 
