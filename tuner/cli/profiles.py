@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -132,6 +133,31 @@ def delete(workload: Workload, version: Annotated[str, typer.Option("--version",
             profiles.delete_profile(session, workload, number, force=force)
     print(json.dumps({"workload": workload, "deleted": number}) if as_json
           else f"deleted version {number} of workload {workload}")
+
+
+@profiles_app.command("export")
+def export(
+    out: Annotated[Path, typer.Option("--out", help="File to write.", show_default=False)],
+    model: Annotated[str, typer.Option("--model", help="Registered model name or .gguf the presets serve.")],
+    export_format: Annotated[str, typer.Option("--format", help="Output: llamacpp-presets.")] = "llamacpp-presets",
+    draft: Annotated[str | None, typer.Option("--draft", help="Draft model name or .gguf (method draft).")] = None,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="CPU threads per server.")] = 2,
+    ctx_size: Annotated[int, typer.Option("--ctx-size", min=128, help="Context length per server.")] = 4096,
+    db: DbOption = None,
+) -> None:
+    """Write a llama-server router preset file (--models-preset): one preset per workload with its active profile."""
+    from tuner.engines.llamacpp_presets import export_presets
+
+    with cli_errors():
+        if export_format != "llamacpp-presets":
+            raise UsageError(f"--format: expected llamacpp-presets, got {export_format!r}")
+        with open_database(db) as database, database.session(readonly=True) as session:
+            written = export_presets(session, out, model=model, draft=draft, threads=threads, ctx_size=ctx_size)
+    for preset in written.presets:
+        print(f"{preset.workload}: v{preset.version} {preset.label}")
+    for reason in written.skipped:
+        print(f"skipped {reason}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
 
 
 def _version(text: str) -> int:
