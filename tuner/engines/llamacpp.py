@@ -85,9 +85,11 @@ class LlamaCppEngine(EngineAdapter):
         return self._process
 
     def flags_for(self, config: SpecConfig, extension: Mapping[str, Any] | None = None) -> list[str]:
-        """The speculation flags ``config`` maps to; UnsupportedConfigError naming the field otherwise."""
-        return spec_flags(config, LlamaCppExtension.parse(extension),
-                          draft_model=str(self.draft_model) if self.draft_model else None,
+        """The speculation flags ``config`` maps to; UnsupportedConfigError naming the field otherwise.
+
+        The draft model is loaded only for method draft, so one engine can try draft, n-gram and off configs."""
+        draft = str(self.draft_model) if self.draft_model is not None and config.method == "draft" else None
+        return spec_flags(config, LlamaCppExtension.parse(extension), draft_model=draft,
                           threads=self.options.threads, parallel=self.options.parallel)
 
     def start(self) -> None:
