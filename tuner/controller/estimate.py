@@ -69,7 +69,10 @@ class Estimator:
         return [self.policy.off, *(config for group in self.policy.groups for config in group.configs.values())]
 
     def score(self, workload: str, config: SpecConfig, batch_size: int, context_len: int) -> float:
-        """Expected tokens/s; 0 for a config the cost model cannot price (a draft model it was not calibrated with)."""
+        """Expected tokens/s; 0 for a config the estimator cannot price (a method outside its SPEC, or a draft model
+        the cost model was not calibrated with)."""
+        if config.speculative and config.method not in self.policy.options.methods:
+            return 0.0
         try:
             return self.policy.expected_tokens_per_s(workload, config.at_batch_size(batch_size), batch_size,
                                                      context_len)
