@@ -17,6 +17,7 @@ from storage.decisions import record_decision
 from storage.errors import SchemaOutOfDateError
 from storage.schemas import DecisionCreate
 from tuner.sidecar.app import build_state, create_app
+from tuner.sidecar.service import build_service
 from tuner.sidecar.settings import Settings
 
 TOKEN = "s3cret-token"
@@ -34,7 +35,7 @@ def db_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 def client(db_url: str) -> Iterator[TestClient]:
-    state = build_state(Settings(api_token=TOKEN, db_url=db_url))
+    state = build_service(Settings(api_token=TOKEN, db_url=db_url))
     with TestClient(create_app(state)) as test_client:
         yield test_client
     state.db.dispose()
@@ -148,3 +149,11 @@ def test_refuses_an_out_of_date_schema_naming_the_upgrade_command(tmp_path: Path
         migrate.upgrade(db, "0001")
     with pytest.raises(SchemaOutOfDateError, match=r"spectune db upgrade"):
         build_state(Settings(db_url=url))
+
+
+def test_studies_router_is_included_behind_the_token(client: TestClient) -> None:
+    assert client.get("/v1/studies").status_code == 401
+    assert client.get("/v1/studies", headers=AUTH).json() == []
+    replay = client.post("/v1/studies", json={"workload": "code", "trials": 2}, headers=AUTH)
+    assert replay.status_code == 422 and "--traces" in replay.text
+    assert "spectune_sidecar:tuning_runs" in client.get("/metrics").text

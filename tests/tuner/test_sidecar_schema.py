@@ -14,7 +14,8 @@ from storage import migrate
 from storage.db import Database
 from storage.profiles import put_profile
 from storage.schemas import ProfileCreate
-from tuner.sidecar.app import build_state, create_app
+from tuner.sidecar.app import create_app
+from tuner.sidecar.service import build_service
 from tuner.sidecar.settings import Settings
 
 TOKEN = "schema-token"
@@ -26,7 +27,7 @@ with Database(_URL) as _db:
         put_profile(_s, "code", ProfileCreate(config=SpecConfig(method="ngram", k=4)))
         put_profile(_s, "code", ProfileCreate(config=SpecConfig(method="ngram", k=8)))
 
-APP = create_app(build_state(Settings(api_token=TOKEN, db_url=_URL)))
+APP = create_app(build_service(Settings(api_token=TOKEN, db_url=_URL)))
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 
 

@@ -13,10 +13,12 @@ from fastapi import FastAPI
 
 from storage.db import Database
 from storage.migrate import check_schema
+from tuner.sidecar.deps import TokenAuth
 from tuner.sidecar.errors import install_error_handlers
 from tuner.sidecar.routes import decisions, engine_profile, observe, profiles, recommendation, workloads
 from tuner.sidecar.settings import Settings
 from tuner.sidecar.state import SidecarState
+from tuner.tuning.routes import studies_router
 
 
 def build_state(settings: Settings) -> SidecarState:
@@ -45,6 +47,8 @@ def create_app(state: SidecarState) -> FastAPI:
             stop.set()
             if thread is not None:
                 thread.join(timeout=30)
+            if state.studies is not None:
+                state.studies.shutdown()
 
     app = FastAPI(title="spectune sidecar", version="0.1.0", lifespan=lifespan,
                   description="Per-workload speculative-decoding profiles, recommendations and the controller's "
@@ -52,5 +56,7 @@ def create_app(state: SidecarState) -> FastAPI:
     app.state.sidecar = state
     for module in (observe, workloads, profiles, engine_profile, recommendation, decisions):
         app.include_router(module.router)
+    if state.studies is not None:
+        app.include_router(studies_router(state.studies), dependencies=[TokenAuth])
     install_error_handlers(app)
     return app

@@ -19,7 +19,7 @@ class SidecarMetrics:
         self.polls = Counter("spectune_sidecar:polls", "Successful reads of the engine's /stats.", registry=r)
         self.tuning_runs = Gauge("spectune_sidecar:tuning_runs", "Tuning runs in the database by status.", ["status"],
                                  registry=r)
-        self.study_trials = Gauge("spectune_sidecar:study_trials_done", "Finished trials of a running study.",
+        self.study_trials = Gauge("spectune_sidecar:study_trials_done", "Finished trials per Optuna study.",
                                   ["study"], registry=r)
 
     def render(self) -> bytes:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from policies.cost_model import CostModel
+from storage.db import default_url
 from tuner.controller.drift import DriftOptions
 from tuner.controller.estimate import Estimator, build_estimator
 from tuner.controller.loop import Controller
-from tuner.controller.retune import RecordedRetune
+from tuner.controller.retune import RecordedRetune, StudyRetune
 from tuner.controller.stabilise import Stabiliser, StabilityOptions
 from tuner.engines.spectune import SpectuneEngine
 from tuner.sidecar.app import build_state
 from tuner.sidecar.settings import Settings
 from tuner.sidecar.state import SidecarState
+from tuner.tuning.routes import StudyManager
 
 
-def load_cost_model(settings: Settings) -> CostModel:
+def load_cost_model(settings: Settings, required: bool = True) -> CostModel | None:
+    if settings.cost_model is None and not required:
+        return None
     if settings.cost_model is None:
         raise ValueError("cost-model: the controller prices configs with a measured cost model; run `spectune "
                          "calibrate` and pass --cost-model FILE (or SPECTUNE_COST_MODEL)")
@@ -26,15 +30,19 @@ def load_cost_model(settings: Settings) -> CostModel:
 
 def build_service(settings: Settings, stability: StabilityOptions | None = None,
                   drift: DriftOptions | None = None) -> SidecarState:
-    """The sidecar state; a controller is attached when ``settings.engine_url`` is set (it needs a cost model)."""
-    estimator = None
-    if settings.engine_url is not None:
-        estimator = Estimator(build_estimator(settings.policy, load_cost_model(settings)))
+    """The sidecar state with its study manager; a controller is attached when ``settings.engine_url`` is set (it
+    needs a cost model)."""
+    cost = load_cost_model(settings, required=settings.engine_url is not None)
+    estimator = Estimator(build_estimator(settings.policy, cost)) if settings.engine_url and cost else None
     state = build_state(settings)
-    if estimator is not None:
-        token = settings.admin_token.get_secret_value() if settings.admin_token else None
-        engine = SpectuneEngine(str(settings.engine_url), admin_token=token)
-        state.controller = Controller(engine, estimator, state.db, metrics=state.metrics,
-                                      stabiliser=Stabiliser(stability), drift=drift, retuner=RecordedRetune(state.db))
+    token = settings.admin_token.get_secret_value() if settings.admin_token else None
+    engine_url = settings.engine_url
+    state.studies = StudyManager(settings.db_url or default_url(), traces_dir=settings.traces, cost_model=cost,
+                                 engine_factory=(lambda: SpectuneEngine(engine_url, admin_token=token))
+                                 if engine_url else None)
+    if estimator is not None and engine_url is not None:
+        retuner = StudyRetune(state.studies, RecordedRetune(state.db), settings.retune_trials)
+        state.controller = Controller(SpectuneEngine(engine_url, admin_token=token), estimator, state.db,
+                                      metrics=state.metrics, stabiliser=Stabiliser(stability), drift=drift,
+                                      retuner=retuner)
     return state
-

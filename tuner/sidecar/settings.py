@@ -19,6 +19,8 @@ class Settings(BaseSettings):
     port: int = Field(default=8002, ge=0, le=65535)
     policy: str = Field(default="goodput", description="goodput SPEC the controller prices configs with")
     cost_model: Path | None = Field(default=None, description="cost model JSON (spectune calibrate)")
+    traces: Path | None = Field(default=None, description="recorded traces directory for replay searches")
+    retune_trials: int = Field(default=50, ge=1, le=10_000, description="trials of a drift-triggered re-tune")
     poll_interval_s: float = Field(default=1.0, gt=0, le=600)
 
     @field_validator("api_token", "admin_token", mode="after")

@@ -8,6 +8,7 @@ from storage.db import Database
 from tuner.controller.loop import Controller
 from tuner.sidecar.metrics import SidecarMetrics
 from tuner.sidecar.settings import Settings
+from tuner.tuning.routes import StudyManager
 
 
 @dataclass
@@ -16,3 +17,4 @@ class SidecarState:
     db: Database
     metrics: SidecarMetrics = field(default_factory=SidecarMetrics)
     controller: Controller | None = None
+    studies: StudyManager | None = None

@@ -34,6 +34,9 @@ def metrics(state: State) -> Response:
             runs = list_runs(session)
         for status in ("running", "succeeded", "failed", "cancelled"):
             state.metrics.tuning_runs.labels(status).set(sum(r.status == status for r in runs))
+        if state.studies is not None:
+            for study in state.studies.list():
+                state.metrics.study_trials.labels(study.study_name).set(study.trials_done)
     except StorageError:
         state.metrics.fail_opens.labels("database_down").inc()
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
