@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -133,37 +134,87 @@ def test_turns_speculation_off_where_the_random_draft_is_never_accepted(engine, 
     assert traffic["drafting_steps"]["draft"] >= 1 and traffic["acceptance_per_position"]["draft"][0] < 0.2
 
 
+@contextmanager
+def _sidecar_process(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``spectune sidecar ARGS`` as a subprocess on a free port; yields its URL once healthy."""
+    port = free_port()
+    spectune = Path(sys.executable).with_name("spectune")
+    log_path = tmp_path / f"sidecar-{port}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([str(spectune), "sidecar", *args, "--port", str(port), "--log-level", "info"],
+                                stdout=log, stderr=subprocess.STDOUT, env=os.environ | ENV | (env or {}))
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.2)
+            yield url
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                proc.wait(timeout=30)
+
+
 @pytest.fixture
-def sidecar(models: tuple[Path, Path], tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """``spectune sidecar`` (API only) as a subprocess; yields its URL and database URL."""
+def sidecar(tmp_path: Path) -> Iterator[str]:
+    """An API-only sidecar on a fresh database."""
     db_url = f"sqlite:///{tmp_path / 'sidecar.db'}"
     with Database(db_url) as database:
         migrate.upgrade(database)
-    port = free_port()
-    spectune = Path(sys.executable).with_name("spectune")
-    log = open(tmp_path / "sidecar.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([str(spectune), "sidecar", "--db", db_url, "--port", str(port), "--log-level", "warning"],
-                            stdout=log, stderr=subprocess.STDOUT, env=os.environ | ENV)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "sidecar.log").read_text()
-        time.sleep(0.2)
+    with _sidecar_process(["--db", db_url], tmp_path) as url:
+        yield url
+
+
+def test_sidecar_process_steers_the_engine_and_the_engine_outlives_it(engine, cost_model, tmp_path) -> None:  # noqa: ANN001
+    db_url = f"sqlite:///{tmp_path / 'steer.db'}"
+    with Database(db_url) as database:
+        migrate.upgrade(database)
+    cost_path = tmp_path / "cost.json"
+    cost_path.write_text(cost_model.to_json())
+    auth = {"Authorization": f"Bearer {API}"}
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    stop = threading.Event()
+    senders = [_traffic(engine.url, "steered", REPEATING, stop) for _ in range(2)]
     try:
-        yield url, db_url
+        with _sidecar_process(["--engine-url", engine.url, "--db", db_url, "--cost-model", str(cost_path),
+                               "--poll-interval", "0.3"], tmp_path,
+                              {"SPECTUNE_STABILITY": FAST.model_dump_json()}) as url:
+            deadline = time.monotonic() + 90
+            while True:  # 404 until the workload's first decision is stored
+                applied = httpx.get(f"{url}/v1/decisions?workload=steered&kind=apply", headers=auth)
+                if applied.status_code == 200 and applied.json():
+                    break
+                assert time.monotonic() < deadline, "no change applied within 90 s"
+                time.sleep(0.5)
+            rec = httpx.get(f"{url}/v1/recommendation?workload=steered&batch_size=1&context_len=64", headers=auth)
+            metrics = httpx.get(f"{url}/metrics").text
+            health = httpx.get(f"{url}/health").json()
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=20)
-        log.close()
+        stop.set()
+        for sender in senders:
+            sender.join(timeout=60)
+    assert rec.status_code == 200, rec.text
+    body = rec.json()
+    assert body["config"]["method"] == "ngram" and body["predicted"]["gain_over_off"] > FAST.tolerance
+    assert body["evidence"]["traffic"]["steps"] >= FAST.min_samples and body["evidence"]["cost_model"]["ngram_s"] > 0
+    assert 'spectune_sidecar:decisions_total{kind="apply",workload="steered"} 1.0' in metrics
+    assert health["engine_reachable"] is True
+    # the sidecar is gone: the engine keeps serving on the config it applied
+    table = httpx.get(f"{engine.url}/admin/spec-config", headers=admin).json()
+    assert table["workloads"]["steered"]["method"] == "ngram"
+    answer = httpx.post(f"{engine.url}/v1/completions", json={"prompt": REPEATING, "max_tokens": 8, "temperature": 0,
+                                                              "workload": "steered"}, timeout=60)
+    assert answer.status_code == 200 and answer.json()["spectune"]["draft_tokens"] > 0
 
 
 def test_startup_profiles_from_the_sidecar_reach_the_engine(models, sidecar, tmp_path) -> None:  # noqa: ANN001
-    url, _ = sidecar
+    url = sidecar
     auth = {"Authorization": f"Bearer {API}"}
     for body in ({"workload": "code", "config": {"method": "ngram", "k": 3}},
                  {"workload": "code", "config": {"method": "ngram", "k": 7}, "identity": {"target": "another-model"}},

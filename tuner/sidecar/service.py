@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from policies.cost_model import CostModel
 from storage.db import default_url
-from tuner.controller.drift import DriftOptions
 from tuner.controller.estimate import Estimator, build_estimator
 from tuner.controller.loop import Controller
 from tuner.controller.retune import RecordedRetune, StudyRetune
-from tuner.controller.stabilise import Stabiliser, StabilityOptions
+from tuner.controller.stabilise import Stabiliser
 from tuner.engines.spectune import SpectuneEngine
 from tuner.sidecar.app import build_state
 from tuner.sidecar.settings import Settings
@@ -28,8 +27,7 @@ def load_cost_model(settings: Settings, required: bool = True) -> CostModel | No
         raise ValueError(f"cost-model: cannot read {settings.cost_model}: {exc.strerror}") from None
 
 
-def build_service(settings: Settings, stability: StabilityOptions | None = None,
-                  drift: DriftOptions | None = None) -> SidecarState:
+def build_service(settings: Settings) -> SidecarState:
     """The sidecar state with its study manager; a controller is attached when ``settings.engine_url`` is set (it
     needs a cost model)."""
     cost = load_cost_model(settings, required=settings.engine_url is not None)
@@ -43,6 +41,6 @@ def build_service(settings: Settings, stability: StabilityOptions | None = None,
     if estimator is not None and engine_url is not None:
         retuner = StudyRetune(state.studies, RecordedRetune(state.db), settings.retune_trials)
         state.controller = Controller(SpectuneEngine(engine_url, admin_token=token), estimator, state.db,
-                                      metrics=state.metrics, stabiliser=Stabiliser(stability), drift=drift,
-                                      retuner=retuner)
+                                      metrics=state.metrics, stabiliser=Stabiliser(settings.stability),
+                                      drift=settings.drift, retuner=retuner)
     return state

@@ -7,6 +7,9 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tuner.controller.drift import DriftOptions
+from tuner.controller.stabilise import StabilityOptions
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPECTUNE_", extra="ignore")
@@ -22,6 +25,9 @@ class Settings(BaseSettings):
     traces: Path | None = Field(default=None, description="recorded traces directory for replay searches")
     retune_trials: int = Field(default=50, ge=1, le=10_000, description="trials of a drift-triggered re-tune")
     poll_interval_s: float = Field(default=1.0, gt=0, le=600)
+    stability: StabilityOptions = Field(default_factory=StabilityOptions,
+                                        description='JSON, e.g. SPECTUNE_STABILITY=\'{"on_window_s": 30}\'')
+    drift: DriftOptions = Field(default_factory=DriftOptions, description="JSON, like stability")
 
     @field_validator("api_token", "admin_token", mode="after")
     @classmethod
