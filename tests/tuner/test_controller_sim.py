@@ -21,6 +21,7 @@ from storage.runs import list_runs
 from tests.policies.synthetic import linear_cost
 from tuner.controller.drift import DriftOptions
 from tuner.controller.estimate import Estimator, build_estimator
+from tuner.controller.identify import Identifier
 from tuner.controller.loop import Controller
 from tuner.controller.retune import RecordedRetune
 from tuner.controller.stabilise import Stabiliser, StabilityOptions
@@ -257,3 +258,27 @@ def test_fail_open_database_down_keeps_configs_and_stores_the_backlog_later(tmp_
     assert not controller.backlog
     assert _kinds(db, "code")[:2] == ["hold", "apply"]
     db.dispose()
+
+
+def test_unnamed_traffic_is_identified_by_its_features_with_a_confidence() -> None:
+    clock = Clock()
+    engine = SimulatedEngine(COST, {"code": Behaviour(lambda m, k: k, prompt_len=400, output_len=60),
+                                    "chat": Behaviour(lambda m, k: 0, prompt_len=30, output_len=300),
+                                    "default": Behaviour(lambda m, k: k, prompt_len=380, output_len=70)})
+    controller = _controller(engine, None, clock)
+    _run(controller, clock, 30)
+    found = controller.identification()
+    assert set(found) == {"code"} and found["code"]["requests"] >= 10
+    assert found["code"]["mean_confidence"] > 0.8
+
+
+def test_identification_confidence_drops_between_similar_workloads() -> None:
+    identifier = Identifier()
+    for _ in range(5):
+        identifier.learn("a", {"prompt_len": 100.0, "output_len": 50.0, "acceptance": 0.8})
+        identifier.learn("b", {"prompt_len": 120.0, "output_len": 50.0, "acceptance": 0.7})
+        identifier.learn("far", {"prompt_len": 5000.0, "output_len": 900.0, "acceptance": 0.0})
+    close = identifier.assign({"prompt_len": 105.0, "output_len": 50.0, "acceptance": 0.78})
+    clear = identifier.assign({"prompt_len": 4800.0, "output_len": 1000.0, "acceptance": 0.05})
+    assert close is not None and close.workload == "a" and 0.4 < close.confidence < 0.7
+    assert clear is not None and clear.workload == "far" and clear.confidence > 0.9
