@@ -114,8 +114,8 @@ def main() -> None:
                                 "chosen": tuned[workload].label(), "profile_version": result.profile.version}
         tuning_s = time.time() - started
         load_mid = os.getloadavg()
-        rows: dict[str, dict[str, list[LiveScore]]] = {w: {name: [] for name in [*fixed, TUNED]} for w in workloads}
         names = [*fixed, TUNED]
+        rows: dict[str, dict[str, list[LiveScore]]] = {w: {name: [] for name in names} for w in workloads}
         for rep in range(args.repeats):
             order = names[rep % len(names):] + names[:rep % len(names)]
             for name in order:
@@ -128,15 +128,23 @@ def main() -> None:
                                                              args.max_tokens).items():
                         rows[workload][name].append(score)
                 log(f"repeat {rep + 1}/{args.repeats}: {name} done")
+            # written after every repeat, so a run cut short still leaves its complete repeats
+            write(args, model, draft, rep + 1, names, rows, tuned, tuning, started, tuning_s,
+                  {"start": load_start, "after_tuning": load_mid, "now": os.getloadavg()})
     finally:
         engine.stop()
         db.dispose()
-    load_end = os.getloadavg()
+
+
+def write(args: argparse.Namespace, model: str, draft: str | None, repeats_done: int, names: list[str],
+          rows: dict[str, dict[str, list[LiveScore]]], tuned: dict[str, LaunchConfig], tuning: dict[str, Any],
+          started: float, tuning_s: float, loads: dict[str, tuple[float, float, float]]) -> None:
     report = {
+        "command": " ".join([".venv/bin/python benchmarks/llamacpp_tune.py", *sys.argv[1:]]),
         "model": model, "draft": draft, "prompts_per_workload": args.prompts, "max_tokens": args.max_tokens,
-        "trials": args.trials, "repeats": args.repeats, "threads": 2,
-        "loadavg_1_5_15": {"start": load_start, "after_tuning": load_mid, "end": load_end},
-        "tuning_s": round(tuning_s, 1), "total_s": round(time.time() - started, 1), "tuning": tuning,
+        "trials": args.trials, "repeats": repeats_done, "threads": 2,
+        "loadavg_1_5_15": loads, "tuning_s": round(tuning_s, 1), "total_s": round(time.time() - started, 1),
+        "tuning": tuning,
         "tuned": {w: {"label": t.label(), "config": t.config.model_dump(mode="json"), "llamacpp": t.extension}
                   for w, t in tuned.items()},
         "results": {w: {name: {"tokens_per_s": spread([s.tokens_per_s for s in runs]),
@@ -149,15 +157,15 @@ def main() -> None:
     (RESULTS / f"llamacpp_tune{suffix}.json").write_text(json.dumps(report, indent=2) + "\n")
     markdown = render(report, names)
     (RESULTS / f"llamacpp_tune{suffix}.md").write_text(markdown)
-    print(markdown)
+    print(markdown, flush=True)
 
 
 def render(report: dict[str, Any], names: list[str]) -> str:
     lines = [f"# llama-server: off vs draft vs n-gram vs spectune's tuned profile ({report['model']}"
              + (f" + {report['draft']} draft" if report["draft"] else "") + ")", "",
-             f"Command: `.venv/bin/python benchmarks/llamacpp_tune.py{' --quick' if not report['draft'] else ''}`; "
+             f"Command: `{report['command']}`; "
              f"{report['prompts_per_workload']} prompts/workload x {report['max_tokens']} tokens, greedy, 2 threads, "
-             f"{report['trials']} Optuna trials/workload, {report['repeats']} interleaved repeats (fresh server each). "
+             f"{report['trials']} Optuna trials/workload, {report['repeats']} interleaved repeat(s), fresh server each. "
              f"Tuning took {report['tuning_s']:.0f} s, the whole run {report['total_s']:.0f} s.",
              "Load average (1/5/15 min, shared 2-core host): " + "; ".join(
                  f"{k} {'/'.join(f'{v:.1f}' for v in vals)}" for k, vals in report["loadavg_1_5_15"].items()), "",
