@@ -165,7 +165,7 @@ def render(report: dict[str, Any], names: list[str]) -> str:
              + (f" + {report['draft']} draft" if report["draft"] else "") + ")", "",
              f"Command: `{report['command']}`; "
              f"{report['prompts_per_workload']} prompts/workload x {report['max_tokens']} tokens, greedy, 2 threads, "
-             f"{report['trials']} Optuna trials/workload, {report['repeats']} interleaved repeat(s), fresh server each. "
+             f"{report['trials']} Optuna trials/workload, {report['repeats']} interleaved repeat(s), fresh servers. "
              f"Tuning took {report['tuning_s']:.0f} s, the whole run {report['total_s']:.0f} s.",
              "Load average (1/5/15 min, shared 2-core host): " + "; ".join(
                  f"{k} {'/'.join(f'{v:.1f}' for v in vals)}" for k, vals in report["loadavg_1_5_15"].items()), "",
