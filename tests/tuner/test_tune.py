@@ -19,7 +19,7 @@ from storage.db import Database
 from storage.profiles import list_active
 from storage.runs import list_runs
 from tests.policies.synthetic import linear_cost
-from tests.tuner.tune_helpers import copy_traces, fresh_traces, migrated_postgres, migrated_sqlite
+from tests.tuner.tune_helpers import copy_traces, fresh_traces, migrated_postgres, migrated_sqlite, mixed_traces
 from tuner.cli import app
 from tuner.replay import oracle_cell
 from tuner.traces import write_traces
@@ -81,6 +81,28 @@ def test_latency_objective_minimises_p99_inter_token_latency(tmp_path: Path, wor
     best = result.best[0]["values"][0]
     assert best == pytest.approx(result.profile.measurements.buckets[0].latency_p99_ms)
     assert (best < 0.9 * off.p99_ms) if speculates else best == pytest.approx(off.p99_ms)
+
+
+def test_search_finds_a_batch_size_split(tmp_path: Path) -> None:
+    """Verify cost that grows with the batch's tokens: a cheap draft pays at batch 1 and not at 16, so the best
+    candidate speculates up to batch 1 only and beats every static config."""
+    url = migrated_sqlite(tmp_path)
+    cost = linear_cost(base=0.02, per_token=0.006, draft_base=0.001)
+    mix = {1: 0.5, 16: 0.5}
+    result = tune("mixed", 50, storage_url=url, traces=mixed_traces(), cost=cost, batch_mix=mix, seed=11,
+                  progress=False)
+    scorer = ReplayScorer(mixed_traces(), cost, mix)
+    drafts = [SpecConfig(method="draft", k=k) for k in range(1, 17)]
+    best_static = max(scorer.score(Candidate(c)).tokens_per_s for c in [SpecConfig(), *drafts])
+    best_split = max(scorer.score(Candidate(c, SpecConfig(), 1)).tokens_per_s for c in drafts)
+    found = result.best[0]["values"][0]
+    assert found > 1.02 * best_static
+    assert found >= 0.99 * best_split
+    profile = result.profile
+    assert profile is not None and profile.config.method == "draft"
+    at_16 = (profile.schedule.config_at(16) if profile.schedule else None) or profile.config.at_batch_size(16)
+    assert at_16.method != "draft"
+    assert [b.batch_size for b in profile.measurements.buckets] == [1, 16]
 
 
 def test_batch_mix_weights_the_buckets() -> None:

@@ -4,6 +4,7 @@ outputs are fresh tokens the draft never ranks first (acceptance 0)."""
 from __future__ import annotations
 
 import os
+import random
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +36,19 @@ def fresh_traces(workload: str = "fresh", requests: int = 4) -> list[Trace]:
         base = 5000 + 200 * r
         out.append(make_trace(list(range(base + 10, base + 70)), prompt=list(range(base, base + 10)),
                               workload=workload, request_id=f"f{r}", ranks=[8] * 60))
+    return out
+
+
+def mixed_traces(workload: str = "mixed", requests: int = 8) -> list[Trace]:
+    """Fresh tokens (no n-gram matches) that the draft ranks first with probability 0.8 (a seeded pattern): draft
+    chains pay off while a step is cheap (small batches), not when verify cost grows with the batch's tokens."""
+    out = []
+    for r in range(requests):
+        base = 1000 * (r + 1)
+        output = list(range(base + 100, base + 196))
+        hits = random.Random(r)
+        out.append(make_trace(output, prompt=list(range(base, base + 16)), workload=workload, request_id=f"m{r}",
+                              ranks=[0 if hits.random() < 0.8 else 8 for _ in output]))
     return out
 
 

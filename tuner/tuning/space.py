@@ -79,7 +79,7 @@ class SearchSpace:
         method = trial.suggest_categorical(f"{segment}.method", self.methods)
         if method == "off":
             return OFF
-        k = trial.suggest_int(f"{segment}.k", 1, MAX_K)
+        k = trial.suggest_int(f"{segment}.k", 1, MAX_K, log=True)  # small k matter most; 16 vs 15 barely differs
         if method == "draft":
             tree = TreeShape.parse(trial.suggest_categorical(f"{segment}.tree", self.trees))
             return SpecConfig(method="draft", k=k, tree=tree)
@@ -93,6 +93,22 @@ class SearchSpace:
             return Candidate(low)
         high = self._config(trial, "high")
         return Candidate(low) if high == low else Candidate(low, high, int(split))
+
+
+    def baselines(self) -> list[dict[str, Any]]:
+        """Params of the first trials of a new study: off and each method at k=4 everywhere, then each method up to
+        the smallest batch size and off above it. Random start-up trials rarely hit these, and TPE learns from them
+        what each region is worth."""
+        params: list[dict[str, Any]] = [{"low.method": "off"}]
+        for method in self.methods[1:]:
+            extra = {"tree": "chain"} if method == "draft" else {"window": "1-4"}
+            low = {"low.method": method, "low.k": 4, **{f"low.{k}": v for k, v in extra.items()}}
+            params.append(low)
+            if len(self.splits) > 1:
+                params.append({**low, "split": self.splits[1], "high.method": "off"})
+        if len(self.splits) > 1:
+            params = [{"split": NO_SPLIT, **p} if "split" not in p else p for p in params]
+        return params
 
 
 def candidate_of(trial: optuna.trial.FrozenTrial) -> Candidate:

@@ -157,14 +157,16 @@ def tune(workload: str, trials: int, *, source: str = "replay", objective: str =
     name = study_name or default_study_name(workload, source, objective)
     storage = optuna_storage(storage_url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = _open_study(storage, name, join=join, workload=workload, source=source, objective=objective,
-                        trials=trials, seed=seed)
-    source, objective = study.user_attrs["source"], study.user_attrs["objective"]
-    target = int(study.user_attrs["trials"])
     evaluate = _evaluator(source, workload, traces, cost, batch_mix, engine, prompts, max_tokens)
     space = _space(source, traces, batch_mix, engine)
+    study = _open_study(storage, name, join=join, workload=workload, source=source, objective=objective,
+                        trials=trials, seed=seed)
+    if (study.user_attrs["source"], study.user_attrs["objective"]) != (source, objective):
+        raise TuneError(f"join: study {name!r} searches source={study.user_attrs['source']!r} "
+                        f"objective={study.user_attrs['objective']!r}; join it with the same settings")
+    target = int(study.user_attrs["trials"])
 
-    def objective_fn(trial: optuna.Trial) -> float | tuple[float, float]:
+    def objective_fn(trial: optuna.Trial | optuna.trial.FixedTrial) -> float | tuple[float, float]:
         candidate = space.suggest(trial)
         trial.set_user_attr("candidate", candidate.to_json())
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
@@ -188,6 +190,8 @@ def tune(workload: str, trials: int, *, source: str = "replay", objective: str =
             remaining = target - finished_trials(study)
             if remaining > 0 and not (stop is not None and stop.is_set()):
                 with TrialProgress(study, target, enabled=progress) as bar:
+                    if not join and not study.trials:
+                        _add_baselines(study, space, objective_fn, target, bar.callback)
                     study.optimize(objective_fn, n_trials=remaining, callbacks=[stop_when_done, bar.callback],
                                    catch=())
             result.trials_done = finished_trials(study)
@@ -205,6 +209,24 @@ def tune(workload: str, trials: int, *, source: str = "replay", objective: str =
         with db.session() as s:
             finish_run(s, run.id, "cancelled" if result.stopped else "succeeded", result=_summary(result))
     return result
+
+
+def _add_baselines(study: optuna.Study, space: SearchSpace,
+                   objective_fn: Callable[[optuna.trial.FixedTrial], float | tuple[float, float]], limit: int,
+                   callback: Callable[[optuna.Study, optuna.trial.FrozenTrial], None]) -> None:
+    """Score ``space.baselines()`` and add them as the study's first finished trials. Added, not enqueued: several
+    workers popping enqueued trials from SQLite can claim the same one."""
+    for params in space.baselines()[:limit]:
+        fixed = optuna.trial.FixedTrial(params)
+        try:
+            values = objective_fn(fixed)
+            state = optuna.trial.TrialState.COMPLETE
+        except optuna.TrialPruned:
+            values, state = None, optuna.trial.TrialState.PRUNED
+        study.add_trial(optuna.trial.create_trial(
+            params=fixed.params, distributions=fixed.distributions, state=state, user_attrs=fixed.user_attrs,
+            values=None if values is None else list(values) if isinstance(values, tuple) else [values]))
+        callback(study, study.trials[-1])
 
 
 def _summary(result: TuneResult) -> dict[str, Any]:
