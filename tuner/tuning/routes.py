@@ -139,7 +139,8 @@ class StudyManager:
     def _run(self, job: _Job, request: StudyRequest, name: str, traces: list[Trace] | None) -> None:
         engine = None
         try:
-            if self.engine_factory is not None:
+            # Without prompts there is nothing to send: a replay search is then saved unconfirmed.
+            if self.engine_factory is not None and self.prompts is not None:
                 engine = self.engine_factory()
             prompts = list(self.prompts(request.workload)) if engine is not None and self.prompts else []
             job.result = tune(request.workload, request.trials, source=request.source,

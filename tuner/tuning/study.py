@@ -298,6 +298,7 @@ def _save(db: Database, study: optuna.Study, ranked: list[optuna.trial.FrozenTri
                            provenance=Provenance(kind="optuna", study=study.study_name, trial=trial.number, note=note))
     with db.session() as s:
         record = put_profile(s, workload, create, activate=True)
-    if engine is not None:
+    if confirmed:
+        assert engine is not None
         engine.apply(workload, config)  # the engine runs what was saved, not the last candidate confirmed
     return record, confirmed
