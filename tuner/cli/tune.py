@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -116,6 +117,10 @@ def tune(
                               confirm_top=confirm_top, identity=identity, seed=seed, progress=progress)
         except EngineError as exc:
             raise UsageError(f"engine: {exc}") from None
+        except KeyboardInterrupt:
+            print("interrupted: the study keeps its finished trials; run the same command to resume",
+                  file=sys.stderr)
+            raise typer.Exit(code=130) from None
         finally:
             if engine is not None:
                 engine.stop()
