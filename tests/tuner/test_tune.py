@@ -232,3 +232,32 @@ def test_cli_replay_search_saves_the_profile(tmp_path: Path) -> None:
                                       str(cost_file), "--db", url, "--no-progress", "--seed", "1"])
     assert result.exit_code == 0, result.output
     assert "saved fresh version 1 (active): off" in result.output
+
+
+def test_a_terminated_search_is_cancelled_and_resumes(tmp_path: Path) -> None:
+    url = migrated_sqlite(tmp_path)
+    traces_dir = tmp_path / "traces"
+    traces_dir.mkdir()
+    write_traces(traces_dir / "all.jsonl", TRACES)
+    cost_file = tmp_path / "cost.json"
+    cost_file.write_text(linear_cost().to_json())
+    cmd = [sys.executable, "-m", "tuner.cli", "tune", "copy", "--study", "long", "--traces", str(traces_dir),
+           "--cost-model", str(cost_file), "--db", url, "--no-progress"]
+    proc = subprocess.Popen([*cmd, "--trials", "5000"], cwd=ROOT, env=_cli_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    storage = optuna_storage(url)
+    deadline = time.monotonic() + 120
+    while "long" not in optuna.get_all_study_names(storage) or finished_trials(
+            optuna.load_study(study_name="long", storage=storage)) < 3:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "run the same command to resume" in err
+    done = finished_trials(optuna.load_study(study_name="long", storage=storage))
+    with Database(url) as db, db.session() as s:
+        assert list_runs(s, "copy")[0].status == "cancelled"
+    resumed = subprocess.run([*cmd, "--trials", str(done + 2)], cwd=ROOT, env=_cli_env(), capture_output=True,
+                             text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"study long: {done + 2} trials" in resumed.stdout

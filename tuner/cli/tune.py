@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -91,6 +92,8 @@ def tune(
     from tuner.traces import load_traces
     from tuner.tuning.study import tune as run_tune
 
+    # SIGTERM ends the search like Ctrl-C, so its tuning run is recorded as cancelled instead of left running.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with cli_errors():
         if join is not None and study is not None and join != study:
             raise UsageError("--join: names the study to join; do not also give a different --study")
