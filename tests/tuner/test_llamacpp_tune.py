@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import itertools
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -158,6 +160,13 @@ def test_engine_launch_with_the_workload_runs_the_stored_profile(searched):
         else:
             assert "--spec-type" not in printed
         assert argv == printed
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends; the CLI then stops llama-server
+        assert proc.wait(timeout=60) == 0
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{server_pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{server_pid}").exists()
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
