@@ -82,7 +82,7 @@ class Cell:
     ttfts: list[float]
     drafts: int
     accepted: int
-    mismatches: int  # greedy outputs that differ from the prompt served alone with speculation off
+    mismatches: int  # greedy outputs that differ from the prompt served alone with speculation off (bf16 near-ties)
 
 
 async def one_request(client: httpx.AsyncClient, prompt: BenchPrompt, max_tokens: int) -> Sample:
@@ -158,7 +158,7 @@ def start_server(args: argparse.Namespace, token: str) -> tuple[subprocess.Popen
            "--max-batch", str(args.max_batch), "--log-level", "warning"]
     if args.draft:
         cmd += ["--draft", args.draft]
-    env = os.environ | {"SPECTUNE_ADMIN_TOKEN": token, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    env = os.environ | {"SPECTUNE_ADMIN_TOKEN": token, "OMP_NUM_THREADS": str(args.threads)}
     log = open(RESULTS / "serve_load_server.log", "w")  # noqa: SIM115 - lives as long as the server
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -203,14 +203,14 @@ def summarize(cells: list[Cell], concurrencies: list[int]) -> list[dict[str, Any
 def markdown(rows: list[dict[str, Any]], header: str) -> str:
     lines = [header, "",
              "| concurrency | speculation | requests | tokens/s | p50 latency s | p99 latency s | TTFT s | "
-             "mean acc. len | speedup |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "mean acc. len | speedup | outputs != alone |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         mal = f"{r['mean_acceptance_length']:.2f}" if r["mean_acceptance_length"] else "-"
         speedup = f"{r['speedup']:.2f}x" if r.get("speedup") else ""
         lines.append(f"| {r['concurrency']} | {r['mode']} | {r['requests']} | {r['tokens_per_s'].fmt(1)} | "
                      f"{r['p50_latency_s']:.2f} | {r['p99_latency_s']:.2f} | {r['ttft_s'].fmt(3)} | {mal} | "
-                     f"{speedup} |")
+                     f"{speedup} | {r['mismatches']} |")
     return "\n".join(lines)
 
 
@@ -226,6 +226,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--max-tokens", type=int, default=None)
     parser.add_argument("--max-batch", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "2")),
+                        help="the server's torch threads (OMP_NUM_THREADS)")
     parser.add_argument("--url", default=None, help="use this running server (its admin token: SPECTUNE_ADMIN_TOKEN)")
     args = parser.parse_args()
     quick = args.quick
@@ -235,10 +237,12 @@ def main() -> None:
                                                   {"method": "ngram", "k": 4, "min_n": 1, "max_n": 4})
     duration = args.duration or (15.0 if quick else 60.0)
     repeats = args.repeats or (2 if quick else 1)
-    max_tokens = args.max_tokens or (64 if quick else 48)
+    max_tokens = args.max_tokens or (32 if quick else 48)
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     RESULTS.mkdir(exist_ok=True)
 
+    load_start = os.getloadavg()
+    wall_start = time.perf_counter()
     proc = None
     if args.url:
         url, token = args.url.rstrip("/"), os.environ.get("SPECTUNE_ADMIN_TOKEN")
@@ -268,10 +272,14 @@ def main() -> None:
             proc.wait(timeout=60)
 
     rows = summarize(cells, concurrencies)
-    header = (f"`{args.target}`{f' + draft `{args.draft}`' if args.draft else ''} {args.dtype}, on = "
+    load_end = os.getloadavg()
+    draft = f" + draft `{args.draft}`" if args.draft else ""
+    loads = [" / ".join(f"{x:.1f}" for x in load) for load in (load_start, load_end)]
+    header = (f"`{' '.join(sys.argv)}`: `{args.target}`{draft} {args.dtype}, {args.threads} server thread(s), on = "
               f"`{json.dumps(on)}`, {max_tokens} tokens per request (ignore_eos), max batch {args.max_batch}, "
               f"{duration:.0f} s per cell, {repeats} interleaved repeat(s); tokens/s and TTFT: median (min-max) over "
-              f"repeats; latencies pooled.")
+              f"repeats; latencies pooled. Load average (1/5/15 min) at start {loads[0]}, at end {loads[1]}; wall "
+              f"{time.perf_counter() - wall_start:.0f} s.")
     table = markdown(rows, header)
     print()
     print(table)
