@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -79,6 +80,31 @@ def count_forwards(*modules: Any) -> Iterator[list[ForwardLog]]:
         for module, log in zip(modules, logs):
             stack.callback(module.register_forward_pre_hook(hook_for(log), with_kwargs=True).remove)
         yield logs
+
+
+@dataclass
+class Stopwatch:
+    """Wall time and this process's CPU time of a block. ``cpu_share`` well below its usual value marks a sample that
+    neighbours' load slowed down (the CPU time barely moves, the wall time grows)."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    @property
+    def cpu_share(self) -> float:
+        """CPU seconds per wall second per intra-op thread."""
+        return self.cpu_s / (self.wall_s * torch.get_num_threads()) if self.wall_s > 0 else 0.0
+
+
+@contextmanager
+def stopwatch() -> Iterator[Stopwatch]:
+    watch = Stopwatch()
+    wall, cpu = time.perf_counter(), time.process_time()
+    try:
+        yield watch
+    finally:
+        watch.wall_s = time.perf_counter() - wall
+        watch.cpu_s = time.process_time() - cpu
 
 
 def first_diff(a: Sequence[int], b: Sequence[int]) -> int | None:

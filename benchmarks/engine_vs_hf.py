@@ -28,7 +28,16 @@ from transformers import logging as hf_logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import ForwardLog, Spread, count_forwards, first_diff, geomean, interleaved, pin_threads  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    ForwardLog,
+    Spread,
+    count_forwards,
+    first_diff,
+    geomean,
+    interleaved,
+    pin_threads,
+    stopwatch,
+)
 from benchmarks.prompts import HUMANEVAL_MAIN, Prompt, build_prompts  # noqa: E402
 from engine.config import OFF, SpecConfig, TreeShape  # noqa: E402
 from engine.engine import Request, SpecEngine  # noqa: E402
@@ -87,6 +96,7 @@ class Sample:
     draft_forwards: int
     mean_acceptance_length: float
     outputs: list[list[int]]
+    cpu_share: float  # process CPU s / (wall s x threads): drops when neighbours' load slows the run
 
 
 def hf_acceptance(target: ForwardLog, prompt_len: int, new_tokens: int) -> float:
@@ -123,13 +133,11 @@ class Bench:
             kwargs["assistant_model"] = self.draft.model
         elif config.kind == "lookup":
             kwargs.update(prompt_lookup_num_tokens=config.k, max_matching_ngram_size=2)
-        with count_forwards(*self.decoders) as (t_log, d_log):
-            start = time.perf_counter()
+        with count_forwards(*self.decoders) as (t_log, d_log), stopwatch() as watch:
             out = self.target.model.generate(ids, **kwargs)
-            seconds = time.perf_counter() - start
         new = out[0, len(prompt_ids):].tolist()
-        return Sample(len(new) / seconds, seconds, len(new), t_log.count, d_log.count,
-                      hf_acceptance(t_log, len(prompt_ids), len(new)), [new])
+        return Sample(len(new) / watch.wall_s, watch.wall_s, len(new), t_log.count, d_log.count,
+                      hf_acceptance(t_log, len(prompt_ids), len(new)), [new], watch.cpu_share)
 
     @torch.inference_mode()
     def spectune(self, configs: list[SpecConfig], prompts: list[list[int]],
@@ -143,16 +151,15 @@ class Bench:
         for cfg, ids in zip(configs, prompts):
             self._ids += 1
             requests.append(Request(f"r{self._ids}", ids, params, cfg))
-        with count_forwards(*self.decoders) as (t_log, d_log):
-            start = time.perf_counter()
+        with count_forwards(*self.decoders) as (t_log, d_log), stopwatch() as watch:
             done = engine.run(requests)
-            seconds = time.perf_counter() - start
+        seconds = watch.wall_s
         outputs = [done[r.request_id][0] for r in requests]
         summaries = [done[r.request_id][1] for r in requests]
         drafts = sum(s.drafts for s in summaries)
         mal = 1.0 + sum(s.accepted_tokens for s in summaries) / drafts if drafts else 1.0
         total = sum(len(o) for o in outputs)
-        return Sample(total / seconds, seconds, total, t_log.count, d_log.count, mal, outputs)
+        return Sample(total / seconds, seconds, total, t_log.count, d_log.count, mal, outputs, watch.cpu_share)
 
 
 # -- phases ---------------------------------------------------------------------------------------------------------
@@ -176,7 +183,7 @@ def single_requests(bench: Bench, prompts: dict[str, Prompt], reps: int, log) ->
     order = grid_order()
     for _, (name, cfg) in interleaved([(p, c) for p in PROMPTS for c in order], 1):
         samples[name].setdefault(cfg, []).append(s := bench.run(cfg, prompts[name].ids))
-        log(f"grid     {name:<9} {side(cfg):<12} {label(cfg):<26} {s.tokens_per_s:6.2f} tok/s")
+        log(f"grid     {name:<9} {side(cfg):<12} {label(cfg):<26} {s.tokens_per_s:6.2f} tok/s cpu {s.cpu_share:.2f}")
     compared = {p: list(dict.fromkeys([c for _, hf, st in EQUAL for c in (hf, st)]
                                       + [best(samples[p], HF), best(samples[p], ST)])) for p in PROMPTS}
     for rep, name in interleaved(list(PROMPTS), reps - 1):
@@ -184,7 +191,8 @@ def single_requests(bench: Bench, prompts: dict[str, Prompt], reps: int, log) ->
         shift = (rep + 1) % len(configs)
         for cfg in configs[shift:] + configs[:shift]:
             samples[name][cfg].append(s := bench.run(cfg, prompts[name].ids))
-            log(f"rep {rep + 2}    {name:<9} {side(cfg):<12} {label(cfg):<26} {s.tokens_per_s:6.2f} tok/s")
+            log(f"rep {rep + 2}    {name:<9} {side(cfg):<12} {label(cfg):<26} {s.tokens_per_s:6.2f} tok/s "
+                f"cpu {s.cpu_share:.2f}")
     return samples
 
 
@@ -215,12 +223,13 @@ def concurrent(bench: Bench, prompts: dict[str, Prompt], samples, reps: int, log
             parts = [bench.hf(cfg, p) for cfg, p in zip(configs, ids)]
             seconds = sum(x.seconds for x in parts)
             total = sum(x.new_tokens for x in parts)
+            share = sum(x.cpu_share * x.seconds for x in parts) / seconds
             s = Sample(total / seconds, seconds, total, sum(x.target_forwards for x in parts),
-                       sum(x.draft_forwards for x in parts), 0.0, [x.outputs[0] for x in parts])
+                       sum(x.draft_forwards for x in parts), 0.0, [x.outputs[0] for x in parts], share)
         else:
             s = bench.spectune(configs, ids)
         results[name].append(s)
-        log(f"conc {rep + 1}   {name:<52} {s.tokens_per_s:6.2f} tok/s")
+        log(f"conc {rep + 1}   {name:<52} {s.tokens_per_s:6.2f} tok/s cpu {s.cpu_share:.2f}")
     return {"runs": runs, "results": results}
 
 
@@ -323,11 +332,15 @@ def prompt_table(name: str, prompt: Prompt, samples: dict[Config, list[Sample]])
                      f"| {counts(a, 'draft_forwards')} / {counts(b, 'draft_forwards')} "
                      f"| {match(a, ref)} / {match(b, ref)} |")
     lines += ["", f"Grid for {name} (runs = timed passes; tok/s = median (min-max)):", "",
-              "| side | config | runs | tok/s | MAL | target fwd | draft fwd | new tokens | same as tf target alone |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| side | config | runs | tok/s | ms per target fwd | CPU share | MAL | target fwd | draft fwd "
+              "| new tokens | same as tf target alone |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for cfg in sorted(samples, key=lambda c: (side(c), -tps(samples[c]).median)):
         s = samples[cfg]
-        lines.append(f"| {side(cfg)} | {label(cfg)} | {len(s)} | {tps(s).fmt()} | {s[0].mean_acceptance_length:.2f} "
+        per_fwd = Spread.of([1000 * x.seconds / x.target_forwards for x in s]).median
+        share = Spread.of([x.cpu_share for x in s]).fmt()
+        lines.append(f"| {side(cfg)} | {label(cfg)} | {len(s)} | {tps(s).fmt()} | {per_fwd:.0f} | {share} "
+                     f"| {s[0].mean_acceptance_length:.2f} "
                      f"| {counts(s, 'target_forwards')} | {counts(s, 'draft_forwards')} | {counts(s, 'new_tokens')} "
                      f"| {match(s, ref)} |")
     return lines + [""]
