@@ -170,3 +170,33 @@ def test_engine_launch_with_the_workload_runs_the_stored_profile(searched):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    spectune = Path(sys.executable).parent / "spectune"
+    return subprocess.run([str(spectune), "engine", "tune", "llama.cpp", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_engine_tune_cli_names_bad_arguments(tmp_path):
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    with Database(url) as db:
+        upgrade(db)
+    unknown = run_cli("--model", MODEL, "--workload", "nope", "--db", url)
+    assert unknown.returncode == 2 and "--workload: no shipped prompt set named 'nope'" in unknown.stderr
+    missing = run_cli("--model", str(tmp_path / "missing.gguf"), "--workload", "prose", "--db", url)
+    assert missing.returncode == 2 and "--model" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@pytest.mark.llamacpp
+def test_engine_tune_cli_stores_the_workloads_profile(tmp_path):
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with Database(url) as db:
+        upgrade(db)
+    done = run_cli("--model", MODEL, "--workload", "math", "--prompts", "1", "--trials", "1", "--max-tokens", "4",
+                   "--rounds", "1", "--confirm-top", "1", "--db", url)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("math: off (profile version 1, study math-llamacpp-live)")
+    with Database(url) as db, db.session(readonly=True) as session:
+        (profile,) = list_active(session, "math")
+    assert profile.identity == llamacpp_identity(MODEL, None) and not profile.config.speculative

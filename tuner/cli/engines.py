@@ -125,3 +125,58 @@ def launch(
     finally:
         adapter.stop()
     raise typer.Exit(code=code)
+
+
+@engine_app.command("tune")
+def tune(
+    engine: Annotated[EngineName, typer.Argument(help="The engine to tune.")],
+    model: Annotated[str, typer.Option("--model", help="Registered model name or a .gguf file.")],
+    workload: Annotated[str, typer.Option("--workload", help="Workload to tune (its profile is stored).")],
+    draft: Annotated[str | None, typer.Option("--draft", help="Draft model name or .gguf (adds method draft).")]
+    = None,
+    prompts: Annotated[int | None, typer.Option(
+        "--prompts", min=1, help="Use the first N prompts of the shipped set named like the workload.")] = None,
+    trials: Annotated[int, typer.Option("--trials", min=1, help="Optuna trials (one llama-server launch each, "
+                                                                "reused when a config repeats).")] = 6,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Tokens per request.")] = 96,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Interleaved rounds confirming the best "
+                                                                "candidates against off.")] = 2,
+    confirm_top: Annotated[int, typer.Option("--confirm-top", min=1, help="Candidates confirmed.")] = 2,
+    threads: Annotated[int, typer.Option("--threads", min=1, help="CPU threads for decode and prefill.")] = 2,
+    db: Annotated[str | None, typer.Option("--db", metavar="URL", show_default=False,
+                                           help="Database URL; default $SPECTUNE_DB_URL.")] = None,
+) -> None:
+    """Live Optuna search over llama-server's speculation flags for one workload: each trial launches the server
+    with a config and sends the workload's prompts; the best candidates are re-measured against off on fresh
+    servers, and the winner (off unless it beats off by 5%) is stored as the workload's active profile for this
+    model pair. Run `spectune engine launch llama.cpp --workload W` to serve with it."""
+    from tuner.cli.db import cli_errors, open_database
+    from tuner.engines.base import EngineError
+    from tuner.engines.llamacpp import LlamaCppEngine, resolve_gguf
+    from tuner.engines.llamacpp_install import InstallError, find_llama_server
+    from tuner.engines.llamacpp_profiles import llamacpp_identity
+    from tuner.engines.llamacpp_server import ServerOptions
+    from tuner.engines.llamacpp_tuning import tune_llamacpp, workload_prompts
+    from tuner.workloads import SHIPPED
+
+    with cli_errors():
+        if workload not in SHIPPED:
+            raise UsageError(f"--workload: no shipped prompt set named {workload!r} (shipped: {', '.join(SHIPPED)})")
+        with open_database(db) as database:
+            url = database.url.render_as_string(hide_password=False)
+        adapter = LlamaCppEngine(ServerOptions(model=resolve_gguf(model, "--model"), threads=threads),
+                                 draft_model=resolve_gguf(draft, "--draft") if draft else None)
+    try:
+        find_llama_server()
+        result = tune_llamacpp(adapter, workload, workload_prompts(workload, prompts), storage_url=url,
+                               identity=llamacpp_identity(model, draft), trials=trials, has_draft=draft is not None,
+                               max_tokens=max_tokens, confirm_top=confirm_top, rounds=rounds, log=_progress)
+    except (InstallError, EngineError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise typer.Exit(code=1) from None
+    except KeyboardInterrupt:
+        print("interrupted: the study keeps its finished trials; run the same command to resume", file=sys.stderr)
+        raise typer.Exit(code=130) from None
+    finally:
+        adapter.stop()
+    print(f"{workload}: {result.chosen.label()} (profile version {result.profile.version}, study {result.study_name})")
