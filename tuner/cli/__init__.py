@@ -7,6 +7,7 @@ import typer
 
 from tuner.cli.calibrate import calibrate
 from tuner.cli.db import db_app
+from tuner.cli.demo import demo
 from tuner.cli.engine import serve
 from tuner.cli.engines import engine_app, engines_app
 from tuner.cli.generate import generate
@@ -31,6 +32,7 @@ app.command("record")(record)
 app.command("calibrate")(calibrate)
 app.command("tune")(tune)
 app.command("sidecar")(sidecar)
+app.command("demo")(demo)
 
 
 def main() -> None:
