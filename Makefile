@@ -28,10 +28,17 @@ test: install
 	pg_url="$$(bash scripts/postgres.sh start)" && test -n "$$pg_url" && \
 	  SPECTUNE_TEST_PG_URL="$$pg_url" $(PY) -m pytest -q
 
+# `make demo`: qwen2.5-coder-1.5b + 0.5B draft, ~15 min on 2 cores; `make demo DEMO=quick`: SmolLM2-135M, a few
+# minutes. Report, plots, traces, logs and the SQLite database go to $(DEMO_OUT).
+DEMO ?= full
+DEMO_OUT ?= demo-out
+DEMO_MODELS := $(if $(filter quick,$(DEMO)),smollm2-135m,qwen2.5-coder-1.5b qwen2.5-coder-0.5b)
+DEMO_FLAGS := $(if $(filter quick,$(DEMO)),--quick,)
+$(if $(filter-out quick full,$(DEMO)),$(error DEMO=$(DEMO): use DEMO=quick or leave it unset))
+
 demo: install
-	$(SPECTUNE) models fetch smollm2-135m
-	$(SPECTUNE) generate --target smollm2-135m --method ngram --k 4 --max-new-tokens 64 --chat --compare \
-	  --prompt "Write a Python function that reverses a string, then explain it."
+	$(SPECTUNE) models fetch $(DEMO_MODELS)
+	$(SPECTUNE) demo $(DEMO_FLAGS) --out $(DEMO_OUT)
 
 clean-venv:
 	rm -rf $(VENV)
