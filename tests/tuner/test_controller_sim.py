@@ -208,6 +208,8 @@ def test_converges_to_ngram_where_it_pays_and_rolls_back_where_it_does_not(db: D
     with db.session() as s:
         apply = list_decisions(s, "code", kind="apply")[-1]
     assert apply.evidence["traffic"]["steps"] > 0 and apply.predicted_gain > OPTIONS.tolerance
+    assert controller.batch_mix("code") == {1: 1.0}  # every simulated step runs alone; studies score at this mix
+    assert controller.batch_mix("never-seen") is None
 
 
 def test_drift_triggers_exactly_one_retune(db: Database) -> None:

@@ -91,3 +91,25 @@ def test_unknown_study_is_404(setup: tuple[TestClient, StudyManager, str]) -> No
     client, _, _ = setup
     assert client.get("/v1/studies/nope").status_code == 404
     assert client.post("/v1/studies/nope/stop").status_code == 404
+
+
+def test_a_study_without_a_batch_mix_is_scored_at_the_observed_one(tmp_path: Path) -> None:
+    url = migrated_sqlite(tmp_path)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    write_traces(traces / "all.jsonl", copy_traces())
+    observed = {"copy": {1: 0.25, 8: 0.75}}
+    manager = StudyManager(url, traces_dir=traces, cost_model=linear_cost(), observed_mix=observed.get)
+    app = FastAPI()
+    app.include_router(studies_router(manager))
+    try:
+        with TestClient(app) as client:
+            started = client.post("/v1/studies", json={"workload": "copy", "trials": 3, "seed": 1}).json()
+            assert started["batch_mix"] == {"1": 0.25, "8": 0.75}
+            assert manager.join("copy-replay-throughput", timeout=120).state == "succeeded"
+            given = client.post("/v1/studies", json={"workload": "copy", "trials": 3, "study_name": "given",
+                                                     "batch_mix": {"4": 1}}).json()
+            assert given["batch_mix"] == {"4": 1.0}
+            assert manager.join("given", timeout=120).state == "succeeded"
+    finally:
+        manager.shutdown()

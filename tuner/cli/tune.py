@@ -35,14 +35,13 @@ def parse_batch_mix(text: str | None) -> dict[int, float] | None:
 
 def workload_prompts(workload: str, path: Path | None) -> list[str]:
     """Prompt texts from ``path`` (a prompt JSONL file) or, without it, the shipped set named like the workload."""
-    from tuner.workloads import SHIPPED, read_prompt_file, shipped_prompts
+    from tuner.workloads import SHIPPED, prompt_texts, shipped_prompts
 
     if path is None:
         if workload not in SHIPPED:
             raise UsageError(f"--prompts: needed for workload {workload!r} (shipped sets: {', '.join(SHIPPED)})")
         path = shipped_prompts(workload)
-    return [r.prompt if r.prompt is not None else "\n".join(m.content for m in r.messages or ())
-            for r in read_prompt_file(path)]
+    return prompt_texts(path)
 
 
 def connect_engine(url: str) -> EngineAdapter:

@@ -261,6 +261,14 @@ class Controller:
         }
         return _finite(body | extra)
 
+    def batch_mix(self, workload: str) -> dict[int, float] | None:
+        """The share of ``workload``'s steps at each batch size, as observed; ``None`` before any step."""
+        with self.lock:
+            work = self.workloads.get(workload)
+            counts = dict(work.stats.batch_sizes) if work is not None else {}
+        total = sum(counts.values())
+        return {b: n / total for b, n in sorted(counts.items())} if total else None
+
     def identification(self) -> dict[str, dict[str, float]]:
         """Unnamed traffic by the workload it was identified as: request counts and mean confidence."""
         with self.lock:

@@ -30,7 +30,7 @@ from storage.profiles import put_profile
 from storage.runs import finish_run, start_run
 from storage.schemas import BucketMeasurement, Measurements, ProfileCreate, ProfileRecord, Provenance
 from tuner.engines.base import EngineAdapter, RequestTiming
-from tuner.workloads import read_prompt_file, shipped_prompts
+from tuner.workloads import prompt_texts, shipped_prompts
 
 NGRAM_SIMPLE_N = (2, 3, 4, 6)
 NGRAM_SIMPLE_K = (6, 8, 12, 16)  # >= every N: ngram-simple never drafts when the m-gram is shorter than the n-gram
@@ -111,9 +111,7 @@ class LiveScore:
 
 def workload_prompts(workload: str, limit: int | None = None) -> list[str]:
     """A shipped workload's prompts as user-message text (llama-server applies the GGUF's chat template)."""
-    texts = []
-    for record in read_prompt_file(shipped_prompts(workload)):
-        texts.append(record.prompt if record.prompt is not None else record.messages[-1].content)  # type: ignore[index]
+    texts = prompt_texts(shipped_prompts(workload))
     return texts[:limit] if limit is not None else texts
 
 

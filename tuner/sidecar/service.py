@@ -13,6 +13,7 @@ from tuner.sidecar.app import build_state
 from tuner.sidecar.settings import Settings
 from tuner.sidecar.state import SidecarState
 from tuner.tuning.routes import StudyManager
+from tuner.workloads import shipped_prompt_texts
 
 
 def load_cost_model(settings: Settings, required: bool = True) -> CostModel | None:
@@ -37,10 +38,11 @@ def build_service(settings: Settings) -> SidecarState:
     engine_url = settings.engine_url
     state.studies = StudyManager(settings.db_url or default_url(), traces_dir=settings.traces, cost_model=cost,
                                  engine_factory=(lambda: SpectuneEngine(engine_url, admin_token=token))
-                                 if engine_url else None)
+                                 if engine_url else None, prompts=shipped_prompt_texts)
     if estimator is not None and engine_url is not None:
         retuner = StudyRetune(state.studies, RecordedRetune(state.db), settings.retune_trials)
         state.controller = Controller(SpectuneEngine(engine_url, admin_token=token), estimator, state.db,
                                       metrics=state.metrics, stabiliser=Stabiliser(settings.stability),
                                       drift=settings.drift, retuner=retuner)
+        state.studies.observed_mix = state.controller.batch_mix
     return state

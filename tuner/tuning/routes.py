@@ -61,6 +61,8 @@ class StudyStatus(BaseModel):
     trials_total: int
     best_values: list[float] | None = Field(description="best value, or the front's best throughput and latency")
     pareto_size: int | None = None
+    batch_mix: dict[int, float] | None = Field(default=None, description="batch size -> weight the search scores "
+                                               "at (the controller's observed mix unless the request gave one)")
     profile_version: int | None = None
     error: str | None = None
 
@@ -86,13 +88,16 @@ class StudyManager:
     """Runs searches in background threads; studies and their trials live in the database at ``storage_url``.
 
     ``traces_dir`` and ``cost_model`` serve replay searches; ``engine_factory`` gives a fresh engine client per
-    search (live trials and confirmation) and ``prompts`` the workload's prompt texts.
+    search (live trials and confirmation) and ``prompts`` the workload's prompt texts. ``observed_mix`` gives the
+    batch-size mix the controller saw for a workload; a request without ``batch_mix`` is scored at it.
     """
 
     def __init__(self, storage_url: str, *, traces_dir: Path | None = None, cost_model: CostModel | None = None,
                  engine_factory: Callable[[], EngineAdapter] | None = None,
-                 prompts: Callable[[str], Sequence[str]] | None = None, identity: EngineIdentity = PORTABLE) -> None:
+                 prompts: Callable[[str], Sequence[str]] | None = None, identity: EngineIdentity = PORTABLE,
+                 observed_mix: Callable[[str], dict[int, float] | None] | None = None) -> None:
         self.storage_url = storage_url
+        self.observed_mix = observed_mix
         self.traces_dir = traces_dir
         self.cost_model = cost_model
         self.engine_factory = engine_factory
@@ -121,6 +126,8 @@ class StudyManager:
     def start(self, request: StudyRequest) -> StudyStatus:
         name = request.study_name or default_study_name(request.workload, request.source, request.objective)
         traces = self._traces(request.workload) if request.source == "replay" else None
+        if request.batch_mix is None and self.observed_mix is not None:
+            request = request.model_copy(update={"batch_mix": self.observed_mix(request.workload)})
         if request.source == "live" and (self.engine_factory is None or self.prompts is None):
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "source: live needs an engine (--engine-url)")
         with self._lock:
@@ -178,7 +185,7 @@ class StudyManager:
             study_name=name, workload=attrs.get("workload"),
             source=attrs.get("source"), objective=attrs.get("objective"), state=job.state if job else "idle",
             trials_done=finished_trials(study) if study is not None else 0, trials_total=int(attrs.get("trials", 0)),
-            best_values=best, pareto_size=front,
+            best_values=best, pareto_size=front, batch_mix=job.request.batch_mix if job is not None else None,
             profile_version=result.profile.version if result is not None and result.profile is not None else None,
             error=job.error if job else None)
 

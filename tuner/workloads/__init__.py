@@ -93,3 +93,14 @@ def shipped_prompts(name: str) -> Path:
     if name not in SHIPPED:
         raise PromptFileError(f"workload: no shipped prompt set {name!r} (shipped: {', '.join(SHIPPED)})")
     return Path(__file__).with_name(f"{name}.jsonl")
+
+
+def prompt_texts(path: str | Path) -> list[str]:
+    """A prompt file's requests as plain text: the raw prompt, or the messages' contents joined by newlines."""
+    return [r.prompt if r.prompt is not None else "\n".join(m.content for m in r.messages or ())
+            for r in read_prompt_file(path)]
+
+
+def shipped_prompt_texts(workload: str) -> list[str]:
+    """The shipped prompt set named like ``workload`` as plain text; empty when there is none."""
+    return prompt_texts(shipped_prompts(workload)) if workload in SHIPPED else []
