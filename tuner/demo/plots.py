@@ -16,7 +16,8 @@ from storage.schemas import DecisionRecord
 from tuner.demo.analysis import AcceptanceCurve, ThroughputCurve
 
 METHOD_STYLE = {"draft": "-", "ngram": "--"}
-KIND_STYLE = {"apply": ("^", "tab:green"), "rollback": ("v", "tab:red"), "hold": ("o", "tab:gray"),
+# drawn in this order: a hold at the same moment as a rollback must not hide it
+KIND_STYLE = {"hold": ("o", "tab:gray"), "apply": ("^", "tab:green"), "rollback": ("v", "tab:red"),
               "drift": ("x", "tab:orange"), "retune": ("s", "tab:purple")}
 
 

@@ -40,7 +40,7 @@ def write_report(run: DemoRun, decisions: Sequence[DecisionRecord], traces_dir: 
     cost = CostModel.from_json(cost_path.read_bytes())
     plot_acceptance(acceptance_curves(traces, plan.acceptance_k), out / "acceptance.png")
     plot_throughput(throughput_curves(traces, cost, plan.replay_ks, plan.replay_batch_sizes), out / "throughput.png")
-    plot_decisions(decisions, plan.workloads, [p for p in run.phases if p.name != "calibrate"], out / "decisions.png")
+    plot_decisions(decisions, plan.workloads, run.steering_phases, out / "decisions.png")
     (out / "table.md").write_text(markdown_table(run.rows))
     path = out / "report.html"
     path.write_text(_html(run, decisions))

@@ -81,6 +81,11 @@ class DemoRun:
     pids: list[int] = field(default_factory=list)
     wall_s: float = 0.0
 
+    @property
+    def steering_phases(self) -> list[Phase]:
+        """The controller phase and the search right after it: when decisions were made, and that they stopped."""
+        return [p for p in self.phases if p.name in ("controller", "search")]
+
 
 def off_name(workload: str) -> str:
     """The workload name the measurement's off requests go under (the engine serves it with speculation off)."""
