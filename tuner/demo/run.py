@@ -122,40 +122,38 @@ def run_demo(plan: DemoPlan, out: Path, db_url: str | None = None, progress: boo
     engine_args = ["engine", "serve", "--target", plan.target, "--dtype", plan.dtype, "--log-level", "warning",
                    *(["--draft", plan.draft] if plan.draft else [])]
     with Services(out / "logs", env) as services:
-        try:
-            with _phase(run, "controller", f"engine + controller; {len(prompts)} workloads send at once for "
-                                           f"{plan.controller_s:.0f} s"):
-                engine = services.start("engine", engine_args, progress=progress)
-                steering = services.start("sidecar", ["sidecar", "--engine-url", engine.url, "--db", run.db_url,
-                                                      "--cost-model", str(cost_path), "--poll-interval", "0.5"],
-                                          progress=progress)
-                controller_samples = _controller_phase(run, engine, steering, admin, api, prompts, progress)
-                services.stop(steering)
-                services.stop(engine)
-            with _phase(run, "search", f"traces of the answers, then a {plan.trials}-trial replay search per "
-                                       "workload through the sidecar"):
-                write_trace_dir(out / "traces", traces_from_samples(target, draft, prompts, controller_samples,
-                                                                    plan.max_tokens))
-                sidecar = services.start("sidecar-api", ["sidecar", "--db", run.db_url, "--cost-model",
-                                                         str(cost_path)],
-                                         env={"SPECTUNE_TRACES": str(out / "traces")}, progress=progress)
-                with SidecarClient(sidecar.url, api) as client:
-                    run.studies = _search(plan, client, progress)
-            with _phase(run, "measure", "restart the engine on the saved profiles; every prompt off and tuned, "
-                                        "interleaved"):
-                engine = services.start("engine-tuned", [*engine_args, "--profile-source", sidecar.url],
-                                        progress=progress)
-                with SidecarClient(sidecar.url, api) as client:
-                    run.profiles = _applied_profiles(run, engine, client, admin)
-                    run.samples = controller_samples + _measure(plan, engine, admin, prompts, progress)
-                    decisions = client.decisions()
-        finally:
-            run.pids = list(services.pids)
+        with _phase(run, "controller", f"engine + controller; {len(prompts)} workloads send at once for "
+                                       f"{plan.controller_s:.0f} s"):
+            engine = services.start("engine", engine_args, progress=progress)
+            steering = services.start("sidecar", ["sidecar", "--engine-url", engine.url, "--db", run.db_url,
+                                                  "--cost-model", str(cost_path), "--poll-interval", "0.5"],
+                                      progress=progress)
+            controller_samples = _controller_phase(run, engine, steering, admin, api, prompts, progress)
+            services.stop(steering)
+            services.stop(engine)
+        with _phase(run, "search", f"traces of the answers, then a {plan.trials}-trial replay search per "
+                                   "workload through the sidecar"):
+            write_trace_dir(out / "traces", traces_from_samples(target, draft, prompts, controller_samples,
+                                                                plan.max_tokens))
+            sidecar = services.start("sidecar-api", ["sidecar", "--db", run.db_url, "--cost-model",
+                                                     str(cost_path)],
+                                     env={"SPECTUNE_TRACES": str(out / "traces")}, progress=progress)
+            with SidecarClient(sidecar.url, api) as client:
+                run.studies = _search(plan, client, progress)
+        with _phase(run, "measure", "restart the engine on the saved profiles; every prompt off and tuned, "
+                                    "interleaved"):
+            engine = services.start("engine-tuned", [*engine_args, "--profile-source", sidecar.url],
+                                    progress=progress)
+            with SidecarClient(sidecar.url, api) as client:
+                run.profiles = _applied_profiles(run, engine, client, admin)
+                run.samples = controller_samples + _measure(plan, engine, admin, prompts, progress)
+                decisions = client.decisions()
+    run.pids = services.pids
     run.rows = build_rows(run.samples, run.profiles)
     with _phase(run, "report", f"table and report in {out}"):
         write_report(run, decisions, out / "traces", cost_path)
     run.wall_s = time.time() - run.started
-    (out / "results.json").write_text(json.dumps(_summary(run), indent=1, default=str))
+    (out / "results.json").write_text(json.dumps(_summary(run), indent=1))
     return run
 
 
