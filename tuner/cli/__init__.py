@@ -3,6 +3,8 @@ transformers, SQLAlchemy) inside the command bodies, so ``spectune --help`` stay
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from tuner.cli.calibrate import calibrate
@@ -36,4 +38,8 @@ app.command("demo")(demo)
 
 
 def main() -> None:
+    # Spinning OpenMP workers starve the server's HTTP thread and any neighbour process on a shared CPU, and skew
+    # every timing (calibrate, generate --compare, demo): SmolLM2 bf16 with 2 threads beside one busy process measured
+    # 0.8-4.6 tok/s spinning vs 10.8-13.7 tok/s passive. Set before any command loads torch; the user's value wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     app()

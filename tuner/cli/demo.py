@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 import sys
 import time
@@ -31,9 +30,6 @@ def demo(
 ) -> None:
     """Start the engine and the sidecar, send traffic from three workloads, let the controller and a replay search
     tune them, save the profiles, restart the engine on them, measure off vs tuned and write the report."""
-    # Spinning OpenMP workers wreck timings on a shared CPU (see `engine serve`); the cost model is timed in this
-    # process, so the same policy applies here. Before torch loads.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import httpx
 
     from storage.errors import StorageError

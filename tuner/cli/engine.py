@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -32,9 +31,6 @@ def serve(
     Admin endpoints need ``Authorization: Bearer $SPECTUNE_ADMIN_TOKEN`` when that variable is set; a sidecar profile
     source is sent ``$SPECTUNE_API_TOKEN``.
     """
-    # Spinning OpenMP workers starve the HTTP thread and any neighbour process on a shared CPU: SmolLM2 bf16 with 2
-    # threads beside one busy process measured 0.8-4.6 tok/s spinning vs 10.8-13.7 tok/s passive. Before torch loads.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from engine.server.settings import ServerSettings
 
     with user_errors():
