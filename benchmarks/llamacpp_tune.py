@@ -83,6 +83,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--trials", type=int, default=5, help="Optuna trials per workload")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds confirming candidates against off")
+    parser.add_argument("--confirm-top", type=int, default=2, help="speculative candidates confirmed")
     parser.add_argument("--workloads", default=",".join(SHIPPED))
     args = parser.parse_args()
 
@@ -106,7 +108,7 @@ def main() -> None:
             log(f"tuning {workload}")
             result = tune_llamacpp(engine, workload, prompts, storage_url=url, identity=identity,
                                    trials=args.trials, has_draft=draft is not None, max_tokens=args.max_tokens,
-                                   confirm_top=1, rounds=1, log=log)
+                                   confirm_top=args.confirm_top, rounds=args.rounds, log=log)
             with db.session(readonly=True) as session:
                 config, extension = active_config(session, workload, identity)
             tuned[workload] = LaunchConfig(config, extension)
@@ -142,7 +144,8 @@ def write(args: argparse.Namespace, model: str, draft: str | None, repeats_done:
     report = {
         "command": " ".join([".venv/bin/python benchmarks/llamacpp_tune.py", *sys.argv[1:]]),
         "model": model, "draft": draft, "prompts_per_workload": args.prompts, "max_tokens": args.max_tokens,
-        "trials": args.trials, "repeats": repeats_done, "threads": 2,
+        "trials": args.trials, "confirm_top": args.confirm_top, "rounds": args.rounds, "repeats": repeats_done,
+        "threads": 2,
         "loadavg_1_5_15": loads, "tuning_s": round(tuning_s, 1), "total_s": round(time.time() - started, 1),
         "tuning": tuning,
         "tuned": {w: {"label": t.label(), "config": t.config.model_dump(mode="json"), "llamacpp": t.extension}
@@ -165,7 +168,9 @@ def render(report: dict[str, Any], names: list[str]) -> str:
              + (f" + {report['draft']} draft" if report["draft"] else "") + ")", "",
              f"Command: `{report['command']}`; "
              f"{report['prompts_per_workload']} prompts/workload x {report['max_tokens']} tokens, greedy, 2 threads, "
-             f"{report['trials']} Optuna trials/workload, {report['repeats']} interleaved repeat(s), fresh servers. "
+             f"{report['trials']} Optuna trials/workload (top {report.get('confirm_top', 1)} confirmed against off "
+             f"over {report.get('rounds', 1)} interleaved round(s), kept only if >= 1.05x off), "
+             f"{report['repeats']} interleaved repeat(s), fresh servers. "
              f"Tuning took {report['tuning_s']:.0f} s, the whole run {report['total_s']:.0f} s.",
              "Load average (1/5/15 min, shared 2-core host): " + "; ".join(
                  f"{k} {'/'.join(f'{v:.1f}' for v in vals)}" for k, vals in report["loadavg_1_5_15"].items()), "",
