@@ -9,8 +9,8 @@ assuming, for the choice, that the batch's other requests run the same config. O
 speculation must beat it by ``margin``, so acceptance near 0 or a steep verify curve turns speculation off (k = 0).
 
 Estimates only move for what runs, so every other (method, tree) group, and speculation itself while off, is probed:
-a group whose best config scores a fraction ``loss`` below the chosen one runs for one engine step once
-``loss / probe_budget`` engine steps (at least 1) have passed since it last ran. Probing so costs about
+a group whose best config scores a fraction ``loss`` below the chosen one runs for one engine step, in one request of
+the batch, once ``loss / probe_budget`` engine steps (at least 1) have passed since it last ran. Probing so costs about
 ``probe_budget`` of throughput per group, and a group that looks almost as good as the choice is re-checked almost
 every other step. A group that has run in fewer than ``WARM_STEPS`` engine steps waits proportionally less, since a
 few steps (say, every request's first) are weak evidence.
@@ -93,7 +93,7 @@ class _Group:
 class _Workload:
     """What the policy knows about one workload."""
 
-    __slots__ = ("table", "observations", "step", "last_run", "runs", "choices")
+    __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_owners")
 
     def __init__(self, table: AcceptanceTable, groups: int) -> None:
         self.table = table
@@ -103,6 +103,7 @@ class _Workload:
         self.runs = [0] * groups  # engine steps each group ran in
         # (batch, context bucket) -> (epoch, best config, probes: (group, config, gap in steps))
         self.choices: dict[tuple[int, int], tuple[int, SpecConfig, list[tuple[int, SpecConfig, float]]]] = {}
+        self.probe_owners: dict[tuple[int, int], str] = {}  # (group, step) -> the one request probing it then
 
 
 class GoodputPolicy(Policy):
@@ -145,7 +146,13 @@ class GoodputPolicy(Policy):
         _, best, probes = cached
         for group, config, gap in probes:
             if work.step - work.last_run[group] >= gap:
-                return config
+                # One request per step probes a group: in a batch of B, B simultaneous probes would cost B times as
+                # much verify work for the same evidence.
+                key = (group, work.step)
+                if work.probe_owners.setdefault(key, ctx.request_id) == ctx.request_id:
+                    if len(work.probe_owners) > 4 * len(self.groups):
+                        work.probe_owners = {k: v for k, v in work.probe_owners.items() if k[1] >= work.step}
+                    return config
         return best
 
     def expected_tokens_per_s(self, workload: str, config: SpecConfig, batch_size: int, context_len: int) -> float:
@@ -179,8 +186,11 @@ class GoodputPolicy(Policy):
         winner = max(per_group, key=lambda entry: entry[2])
         speculate = winner[2] > off_score * (1.0 + self.options.margin)
         best, best_score = (winner[1], winner[2]) if speculate else (self.off, off_score)
+        # The draft model runs over every row of the batch (padded) even when one request probes it, so its
+        # probes cost the whole batch a draft pass: space them ``batch`` times further apart.
         probes = [(index, config, max(1.0, (1.0 - score / best_score) / self.options.probe_budget
-                                      * min(1.0, work.runs[index] / WARM_STEPS)))
+                                      * min(1.0, work.runs[index] / WARM_STEPS)
+                                      * (batch if config.method == "draft" else 1)))
                   for index, config, score in per_group if not (speculate and index == winner[0])]
         return best, probes
 

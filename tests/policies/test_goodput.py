@@ -104,3 +104,17 @@ def test_trees_win_when_the_second_choice_is_often_right():
     choice = policy.decide(context())
     assert choice.speculative and choice.tree == wide
     assert policy.acceptance("w", "draft", width=1)[0] < 0.1 < 0.9 < policy.acceptance("w", "draft", width=4)[0]
+
+
+def test_in_a_batch_one_request_probes_a_group_per_step_and_draft_probes_are_rarer():
+    batch = 8
+    policy = GoodputPolicy(CHEAP)
+    decisions = run(policy, 300, accept=lambda c: 0, batch=batch)
+    steps = [decisions[i:i + batch] for i in range(0, len(decisions), batch)]
+    for configs in steps[-200:]:  # off is the choice by now: whatever speculates is a probe
+        for method in ("draft", "ngram"):
+            assert sum(c.method == method and c.speculative for c in configs) <= 1
+    late = [c for configs in steps[-200:] for c in configs if c.speculative]
+    # a draft probe costs the whole batch a draft pass, an n-gram lookup only its own request
+    assert 0 < sum(c.method == "draft" for c in late) < sum(c.method == "ngram" for c in late)
+    assert sum(not c.speculative for configs in steps[-200:] for c in configs) > 0.97 * 200 * batch
