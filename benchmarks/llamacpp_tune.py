@@ -34,6 +34,7 @@ from tuner.engines.llamacpp import LlamaCppEngine, resolve_gguf  # noqa: E402
 from tuner.engines.llamacpp_profiles import active_config, llamacpp_identity  # noqa: E402
 from tuner.engines.llamacpp_server import ServerOptions  # noqa: E402
 from tuner.engines.llamacpp_tuning import (  # noqa: E402
+    MIN_GAIN,
     WARMUP_PROMPT,
     LaunchConfig,
     LiveScore,
@@ -144,7 +145,8 @@ def write(args: argparse.Namespace, model: str, draft: str | None, repeats_done:
     report = {
         "command": " ".join([".venv/bin/python benchmarks/llamacpp_tune.py", *sys.argv[1:]]),
         "model": model, "draft": draft, "prompts_per_workload": args.prompts, "max_tokens": args.max_tokens,
-        "trials": args.trials, "confirm_top": args.confirm_top, "rounds": args.rounds, "repeats": repeats_done,
+        "trials": args.trials, "confirm_top": args.confirm_top, "rounds": args.rounds, "min_gain": MIN_GAIN,
+        "repeats": repeats_done,
         "threads": 2,
         "loadavg_1_5_15": loads, "tuning_s": round(tuning_s, 1), "total_s": round(time.time() - started, 1),
         "tuning": tuning,
@@ -169,7 +171,8 @@ def render(report: dict[str, Any], names: list[str]) -> str:
              f"Command: `{report['command']}`; "
              f"{report['prompts_per_workload']} prompts/workload x {report['max_tokens']} tokens, greedy, 2 threads, "
              f"{report['trials']} Optuna trials/workload (top {report.get('confirm_top', 1)} confirmed against off "
-             f"over {report.get('rounds', 1)} interleaved round(s), kept only if >= 1.05x off), "
+             f"over {report.get('rounds', 1)} interleaved round(s), kept only if >= "
+             f"{1 + report.get('min_gain', 0.05):.2f}x off), "
              f"{report['repeats']} interleaved repeat(s), fresh servers. "
              f"Tuning took {report['tuning_s']:.0f} s, the whole run {report['total_s']:.0f} s.",
              "Load average (1/5/15 min, shared 2-core host): " + "; ".join(

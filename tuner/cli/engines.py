@@ -148,7 +148,7 @@ def tune(
 ) -> None:
     """Live Optuna search over llama-server's speculation flags for one workload: each trial launches the server
     with a config and sends the workload's prompts; the best candidates are re-measured against off on fresh
-    servers, and the winner (off unless it beats off by 5%) is stored as the workload's active profile for this
+    servers, and the winner (off unless it beats off by 10%) is stored as the workload's active profile for this
     model pair. Run `spectune engine launch llama.cpp --workload W` to serve with it."""
     from tuner.cli.db import cli_errors, open_database
     from tuner.engines.base import EngineError
