@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
+
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)  # benchmarks/policies.py would shadow the ``policies`` package
 
 from engine.config import OFF
 from engine.policy import DecisionContext
