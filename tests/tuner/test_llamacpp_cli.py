@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -14,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from engine.config import SpecConfig
+from tests.tuner.launch_helpers import interrupt_and_check_server_gone
 from tuner.cli import app
 from tuner.engines.llamacpp_install import default_install
 
@@ -82,12 +81,7 @@ def test_launch_serves_until_interrupted_and_leaves_no_process():
         command = proc.stderr.readline()
         assert "--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8" in command
         assert httpx.get(f"{url}/health", timeout=5).status_code == 200
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
-        deadline = time.monotonic() + 5
-        while Path(f"/proc/{server_pid}").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not Path(f"/proc/{server_pid}").exists()
+        interrupt_and_check_server_gone(proc, server_pid, timeout_s=30)
     finally:
         if proc.poll() is None:
             proc.kill()

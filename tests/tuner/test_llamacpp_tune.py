@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import itertools
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -17,6 +15,7 @@ from storage.db import Database
 from storage.migrate import upgrade
 from storage.profiles import list_active
 from storage.runs import list_runs
+from tests.tuner.launch_helpers import interrupt_and_check_server_gone
 from tuner.engines.base import RequestTiming
 from tuner.engines.llamacpp import LlamaCppEngine, resolve_gguf
 from tuner.engines.llamacpp_config import LlamaCppExtension, spec_flags
@@ -161,12 +160,7 @@ def test_engine_launch_with_the_workload_runs_the_stored_profile(searched):
         else:
             assert "--spec-type" not in printed
         assert argv == printed
-        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends; the CLI then stops llama-server
-        assert proc.wait(timeout=60) == 0
-        deadline = time.monotonic() + 10
-        while Path(f"/proc/{server_pid}").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not Path(f"/proc/{server_pid}").exists()
+        interrupt_and_check_server_gone(proc, server_pid, timeout_s=60)
     finally:
         if proc.poll() is None:
             proc.kill()
