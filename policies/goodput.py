@@ -93,7 +93,7 @@ class _Group:
 class _Workload:
     """What the policy knows about one workload."""
 
-    __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_owners")
+    __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_step", "probe_owners")
 
     def __init__(self, table: AcceptanceTable, groups: int) -> None:
         self.table = table
@@ -103,7 +103,8 @@ class _Workload:
         self.runs = [0] * groups  # engine steps each group ran in
         # (batch, context bucket) -> (epoch, best config, probes: (group, config, gap in steps))
         self.choices: dict[tuple[int, int], tuple[int, SpecConfig, list[tuple[int, SpecConfig, float]]]] = {}
-        self.probe_owners: dict[tuple[int, int], str] = {}  # (group, step) -> the one request probing it then
+        self.probe_step = 0  # the engine step ``probe_owners`` is for
+        self.probe_owners: dict[int, str] = {}  # group -> the one request probing it in that step
 
 
 class GoodputPolicy(Policy):
@@ -148,10 +149,9 @@ class GoodputPolicy(Policy):
             if work.step - work.last_run[group] >= gap:
                 # One request per step probes a group: in a batch of B, B simultaneous probes would cost B times as
                 # much verify work for the same evidence.
-                key = (group, work.step)
-                if work.probe_owners.setdefault(key, ctx.request_id) == ctx.request_id:
-                    if len(work.probe_owners) > 4 * len(self.groups):
-                        work.probe_owners = {k: v for k, v in work.probe_owners.items() if k[1] >= work.step}
+                if work.probe_step != work.step:
+                    work.probe_step, work.probe_owners = work.step, {}
+                if work.probe_owners.setdefault(group, ctx.request_id) == ctx.request_id:
                     return config
         return best
 
