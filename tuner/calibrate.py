@@ -116,5 +116,5 @@ def calibrate(target: LoadedModel, draft: LoadedModel | None, grid: Grid = FULL,
                                       lambda: bar.update(1))
     ngram_s = max(time_ngram(c, grid.warmup, max(grid.repeats, 5)) for c in grid.context_lens)
     identity = EngineIdentity(target=model_identity(target), draft=model_identity(draft) if draft else None,
-                              dtype=str(target.dtype).removeprefix("torch."), device=hardware_fingerprint(device))
+                              dtype=target.precision, device=hardware_fingerprint(device))
     return CostModel(engine=identity, target=target_grid, draft=draft_grid, ngram_s=ngram_s)

@@ -41,10 +41,6 @@ class DraftView:
     true_prob: tuple[float, ...]
 
 
-def dtype_name(loaded: LoadedModel) -> str:
-    return str(loaded.dtype).removeprefix("torch.")
-
-
 def encode_prompt(loaded: LoadedModel, record: PromptRecord) -> list[int]:
     """Token ids of one prompt record: raw text as is, messages through the chat template."""
     if record.messages is not None:
@@ -105,7 +101,7 @@ def make_traces(target: LoadedModel, draft: LoadedModel | None, workload: str, r
             version=TRACE_VERSION, workload=workload, request_id=rid, prompt_ids=tuple(prompt),
             output_ids=tuple(output), max_new_tokens=max_new_tokens, eos_token_ids=tuple(sorted(target.eos_token_ids)),
             target=model_identity(target), draft=model_identity(draft) if draft is not None else None,
-            dtype=dtype_name(target), rank_cap=rank_cap, draft_rank=view.rank if view else None,
+            dtype=target.precision, rank_cap=rank_cap, draft_rank=view.rank if view else None,
             draft_top_prob=view.top_prob if view else None, draft_true_prob=view.true_prob if view else None))
     return traces
 

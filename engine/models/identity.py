@@ -13,11 +13,14 @@ from engine.models.registry import REGISTRY
 
 
 def model_identity(loaded: LoadedModel) -> str:
-    """The registry name, else the model directory's name (a .gguf file's stem)."""
+    """The registry name, else the model directory's name (a .gguf file's stem); ``@int8`` marks int8 weights, whose
+    speed and draft ranks differ from the same model's float weights."""
     if loaded.name in REGISTRY:
-        return loaded.name
-    path = Path(loaded.name)
-    return path.stem if path.suffix.lower() == ".gguf" else path.name or loaded.name
+        name = loaded.name
+    else:
+        path = Path(loaded.name)
+        name = path.stem if path.suffix.lower() == ".gguf" else path.name or loaded.name
+    return f"{name}@int8" if loaded.precision == "int8" else name
 
 
 def _cpu_model() -> str:

@@ -16,9 +16,11 @@ class LoadedModel:
     model: Any  # transformers PreTrainedModel
     tokenizer: Any | None
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+    precision: str = "float32"  # the load dtype, or "int8" for dynamic int8 weights
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any | None = None, name: str = "in-memory") -> LoadedModel:
+    def from_model(cls, model: Any, tokenizer: Any | None = None, name: str = "in-memory",
+                   precision: str | None = None) -> LoadedModel:
         model.eval()
         for param in model.parameters():
             param.requires_grad_(False)
@@ -26,7 +28,9 @@ class LoadedModel:
         if eos is None and tokenizer is not None:
             eos = tokenizer.eos_token_id
         eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
-        return cls(name=name, model=model, tokenizer=tokenizer, eos_token_ids=eos_ids)
+        if precision is None:
+            precision = str(next(model.parameters()).dtype).removeprefix("torch.")
+        return cls(name=name, model=model, tokenizer=tokenizer, eos_token_ids=eos_ids, precision=precision)
 
     @property
     def dtype(self) -> torch.dtype:

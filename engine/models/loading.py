@@ -10,18 +10,24 @@ from engine.models.cache import cache_lock, gguf_conversion_dir
 from engine.models.convert import convert_gguf
 from engine.models.fetch import fetch_model
 from engine.models.loaded import LoadedModel
+from engine.models.quantize import quantize_int8, require_cpu
 from engine.models.registry import REGISTRY, ModelNotFoundError
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+INT8 = "int8"  # float32 activations with dynamic int8 weights (engine.models.quantize); meant for drafts on CPU
+PRECISIONS = (*DTYPES, INT8)
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """The torch dtype weights load in; int8 loads float32 and quantizes afterwards."""
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
         return dtype
     if isinstance(dtype, str) and dtype in DTYPES:
         return DTYPES[dtype]
-    raise ValueError(f"dtype: {dtype!r} is not supported; choose one of {', '.join(DTYPES)}")
+    if dtype == INT8:
+        return torch.float32
+    raise ValueError(f"dtype: {dtype!r} is not supported; choose one of {', '.join(PRECISIONS)}")
 
 
 def resolve_device(device: str | torch.device | None, dtype: torch.dtype) -> torch.device:
@@ -59,11 +65,16 @@ def load_model(name_or_path: str | Path, dtype: str | torch.dtype = "float32", d
     """Load a model for the engine, fetching or converting it into the cache first when needed."""
     torch_dtype = resolve_dtype(dtype)
     resolved_device = resolve_device(device, torch_dtype)
+    if dtype == INT8:
+        require_cpu(resolved_device)
     name, directory = resolve_source(str(name_or_path), progress)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype, attn_implementation=attn_implementation)
     model.to(resolved_device)
+    if dtype == INT8:
+        model = quantize_int8(model)
     has_tokenizer = any((directory / f).is_file() for f in _TOKENIZER_FILES)
     tokenizer = AutoTokenizer.from_pretrained(directory) if has_tokenizer else None
-    return LoadedModel.from_model(model, tokenizer, name=name)
+    precision = dtype if isinstance(dtype, str) else str(torch_dtype).removeprefix("torch.")
+    return LoadedModel.from_model(model, tokenizer, name=name, precision=precision)

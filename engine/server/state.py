@@ -51,7 +51,7 @@ def build_state(settings: ServerSettings, target: LoadedModel, draft: LoadedMode
     stats = StatsBuffer(settings.stats_capacity)
     engine = SpecEngine(target, draft, LiveConfigPolicy(table), max_batch=settings.max_batch)
     identity = EngineIdentity(model_identity(target), model_identity(draft) if draft is not None else None,
-                              str(target.dtype).removeprefix("torch."), hardware_fingerprint(target.device))
+                              target.precision, hardware_fingerprint(target.device))
     if settings.profile_source:
         token = settings.api_token.get_secret_value() if settings.api_token else None
         apply_profile_source(settings.profile_source, identity, table, metrics, draft is not None, token,

@@ -31,6 +31,7 @@ from engine.models import (
 )
 from engine.models.cache import MARKER, gguf_conversion_dir
 from engine.models.gguf import GgufError, assemble_gguf, verify_gguf
+from engine.models.quantize import require_cpu
 from engine.models.registry import ModelSpec
 from tuner.cli import app
 
@@ -186,8 +187,24 @@ def test_float16_on_cpu_is_refused_before_any_fetch(isolated_cache: Path) -> Non
 
 
 def test_unknown_dtype_names_the_field() -> None:
-    with pytest.raises(ValueError, match="dtype: 'int8' is not supported; choose one of float32, bfloat16, float16"):
-        load_model("smollm2-135m", dtype="int8")
+    choices = "float32, bfloat16, float16, int8"
+    with pytest.raises(ValueError, match=f"dtype: 'int4' is not supported; choose one of {choices}"):
+        load_model("smollm2-135m", dtype="int4")
+
+
+def test_int8_is_refused_off_cpu() -> None:
+    with pytest.raises(ValueError, match="dtype: int8 is CPU-only"):
+        require_cpu(torch.device("cuda"))
+
+
+def test_int8_local_directory_quantizes_every_linear(tmp_path: Path) -> None:
+    directory = tmp_path / "tiny-llama"
+    tiny_model(64).save_pretrained(directory)
+    loaded = load_model(directory, dtype="int8", device="cpu", progress=False)
+    assert loaded.precision == "int8" and loaded.dtype == torch.float32
+    assert model_identity(loaded) == "tiny-llama@int8"
+    assert not any(type(m) is torch.nn.Linear for m in loaded.model.modules())
+    assert loaded.model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 64)
 
 
 def test_load_local_directory_without_tokenizer(tmp_path: Path) -> None:

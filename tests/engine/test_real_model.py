@@ -12,6 +12,7 @@ import torch
 from engine.config import SpecConfig, TreeShape
 from engine.engine import Request, SpecEngine
 from engine.models import load_model
+from engine.models.identity import model_identity
 from engine.prompts import encode_chat
 from engine.sampling import SamplingParams
 
@@ -70,3 +71,18 @@ def test_generate_cli_bad_input_is_one_line():
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error:") and "k" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_int8_draft_is_lossless(models):
+    target, _ = models
+    draft = load_model("smollm2-135m", dtype="int8")
+    assert draft.precision == "int8" and model_identity(draft) == "smollm2-135m@int8"
+    assert not any(type(m) is torch.nn.Linear for m in draft.model.modules())
+    prompts = [encode_chat(target.tokenizer, [{"role": "user", "content": p}]) for p in PROMPTS]
+    expected = [hf_greedy(target, ids, 32) for ids in prompts]
+    engine = SpecEngine(target, draft, max_batch=len(prompts))
+    config = SpecConfig(method="draft", k=4)
+    out = engine.run([Request(str(i), ids, SamplingParams(max_new_tokens=32), config) for i, ids in enumerate(prompts)])
+    assert [out[str(i)][0] for i in range(len(prompts))] == expected
+    accepted = sum(s.accepted_tokens for _, s in out.values())
+    assert accepted > 0.5 * sum(s.steps for _, s in out.values())  # int8 weights still agree with fp32 most steps

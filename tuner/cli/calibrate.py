@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from tuner.cli.errors import UsageError, user_errors
+from tuner.cli.options import DRAFT_DTYPE_HELP
 
 
 def calibrate(
@@ -15,7 +16,7 @@ def calibrate(
     out: Annotated[Path, typer.Option(help="cost model JSON file to write")],
     draft: Annotated[str | None, typer.Option(help="draft model; without it only n-gram and off are priced")] = None,
     dtype: Annotated[str, typer.Option(help="float32 | bfloat16 | float16 (CUDA)")] = "float32",
-    draft_dtype: Annotated[str | None, typer.Option(help="draft dtype (default: --dtype)")] = None,
+    draft_dtype: Annotated[str | None, typer.Option(help=DRAFT_DTYPE_HELP)] = None,
     quick: Annotated[bool, typer.Option(help="a tiny grid (batch 1-2, 1-2 tokens, short contexts) for tests")] = False,
     threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads while timing")] = None,
 ) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tuner.cli.errors import user_errors
+from tuner.cli.options import DRAFT_DTYPE_HELP
 
 if TYPE_CHECKING:
     from engine.server.settings import ServerSettings
@@ -18,7 +19,7 @@ def serve(
     target: Annotated[str, typer.Option(help="Target model: registry name, model directory or .gguf file.")],
     draft: Annotated[str | None, typer.Option(help="Draft model for method 'draft' (same tokenizer).")] = None,
     dtype: Annotated[str, typer.Option(help="float32 | bfloat16 | float16 (CUDA only).")] = "float32",
-    draft_dtype: Annotated[str | None, typer.Option(help="Draft dtype; default: --dtype.")] = None,
+    draft_dtype: Annotated[str | None, typer.Option(help=DRAFT_DTYPE_HELP)] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8001,
     max_batch: Annotated[int, typer.Option(help="Requests in the running batch at most.")] = 8,

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from tuner.cli.errors import UsageError, user_errors
+from tuner.cli.options import DRAFT_DTYPE_HELP
 
 
 def generate(
@@ -23,7 +24,7 @@ def generate(
     min_n: Annotated[int, typer.Option(help="n-gram lookup: shortest match")] = 1,
     max_n: Annotated[int, typer.Option(help="n-gram lookup: longest match")] = 4,
     dtype: Annotated[str, typer.Option(help="float32 | bfloat16 | float16 (CUDA)")] = "float32",
-    draft_dtype: Annotated[str | None, typer.Option(help="draft dtype (default: --dtype)")] = None,
+    draft_dtype: Annotated[str | None, typer.Option(help=DRAFT_DTYPE_HELP)] = None,
     temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
     top_p: Annotated[float, typer.Option(min=0.0, max=1.0)] = 1.0,
     seed: Annotated[int | None, typer.Option()] = None,

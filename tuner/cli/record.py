@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from tuner.cli.errors import UsageError, user_errors
+from tuner.cli.options import DRAFT_DTYPE_HELP
 
 
 def record(
@@ -24,7 +25,7 @@ def record(
     limit: Annotated[int | None, typer.Option(min=1, help="record only the first N prompts")] = None,
     batch: Annotated[int, typer.Option(min=1, max=64, help="requests generated together")] = 4,
     dtype: Annotated[str, typer.Option(help="float32 | bfloat16 | float16 (CUDA)")] = "float32",
-    draft_dtype: Annotated[str | None, typer.Option(help="draft dtype (default: --dtype)")] = None,
+    draft_dtype: Annotated[str | None, typer.Option(help=DRAFT_DTYPE_HELP)] = None,
 ) -> None:
     """Record traces of the target's greedy output and the draft's teacher-forced ranks, for `spectune replay`."""
     with user_errors():
