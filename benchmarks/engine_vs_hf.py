@@ -1,5 +1,6 @@
 """spectune's engine vs transformers' own generate (target alone, assisted generation, prompt lookup) on the same
-model objects, prompts and settings: greedy, same dtypes, same thread count, same max_new_tokens.
+model objects, prompts and settings: greedy, same dtypes, same thread count, same max_new_tokens. Both sides also
+draft with an int8 copy of the draft model (``load_model(..., dtype="int8")``), marked ", int8 draft".
 
     .venv/bin/python benchmarks/engine_vs_hf.py          # qwen2.5-coder-1.5b target, qwen2.5-coder-0.5b draft, bf16
     .venv/bin/python benchmarks/engine_vs_hf.py --quick  # smollm2-135m bf16 target, its fp32 copy as draft
@@ -58,13 +59,27 @@ class HfConfig:
 
     kind: Literal["alone", "assisted", "lookup"]
     k: int = 0
+    int8: bool = False  # assisted generation with the int8 copy of the draft
 
     def label(self) -> str:
         return {"alone": "target alone", "assisted": f"assisted k={self.k}",
-                "lookup": f"lookup k={self.k} n<=2"}[self.kind]
+                "lookup": f"lookup k={self.k} n<=2"}[self.kind] + (INT8_MARK if self.int8 else "")
 
 
-Config = HfConfig | SpecConfig
+@dataclass(frozen=True)
+class StConfig:
+    """A spectune config and which copy of the draft model it drafts with."""
+
+    spec: SpecConfig
+    int8: bool = False
+
+    def label(self) -> str:
+        return self.spec.label() + (INT8_MARK if self.int8 else "")
+
+
+Config = HfConfig | StConfig
+INT8_MARK = ", int8 draft"
+ST_OFF = StConfig(OFF)
 
 
 def side(config: Config) -> str:
@@ -76,14 +91,18 @@ def label(config: Config) -> str:
 
 
 EQUAL: list[tuple[str, HfConfig, SpecConfig]] = [
-    ("target alone", HfConfig("alone"), OFF),
-    ("draft k=4 chain", HfConfig("assisted", 4), SpecConfig(method="draft", k=4)),
-    ("n-gram k=4 n<=2", HfConfig("lookup", 4), SpecConfig(method="ngram", k=4, min_n=1, max_n=2)),
+    ("target alone", HfConfig("alone"), ST_OFF),
+    ("draft k=4 chain", HfConfig("assisted", 4), StConfig(SpecConfig(method="draft", k=4))),
+    ("draft k=4 chain, int8 draft", HfConfig("assisted", 4, int8=True),
+     StConfig(SpecConfig(method="draft", k=4), int8=True)),
+    ("n-gram k=4 n<=2", HfConfig("lookup", 4), StConfig(SpecConfig(method="ngram", k=4, min_n=1, max_n=2))),
 ]
-HF_GRID = [HfConfig("assisted", k) for k in (2, 4, 6)] + [HfConfig("lookup", k) for k in (4, 8, 12)]
-ST_GRID = ([SpecConfig(method="draft", k=k) for k in (2, 4, 6)]
-           + [SpecConfig(method="draft", k=4, tree=TreeShape(branching=(2, 2)))]
-           + [SpecConfig(method="ngram", k=k, min_n=1, max_n=n) for k in (4, 8, 12) for n in (2, 3)])
+HF_GRID = ([HfConfig("assisted", k) for k in (2, 4, 6)] + [HfConfig("assisted", k, int8=True) for k in (2, 3, 4)]
+           + [HfConfig("lookup", k) for k in (4, 8, 12)])
+ST_GRID = ([StConfig(SpecConfig(method="draft", k=k)) for k in (2, 4, 6)]
+           + [StConfig(SpecConfig(method="draft", k=4, tree=TreeShape(branching=(2, 2))))]
+           + [StConfig(SpecConfig(method="draft", k=k), int8=True) for k in (2, 3, 4)]
+           + [StConfig(SpecConfig(method="ngram", k=k, min_n=1, max_n=n)) for k in (4, 8, 12) for n in (2, 3)])
 
 
 @dataclass
@@ -110,9 +129,10 @@ def hf_acceptance(target: ForwardLog, prompt_len: int, new_tokens: int) -> float
 
 
 class Bench:
-    def __init__(self, target: LoadedModel, draft: LoadedModel, max_new_tokens: int) -> None:
-        self.target, self.draft, self.max_new_tokens = target, draft, max_new_tokens
-        self.decoders = (target.model.get_decoder(), draft.model.get_decoder())
+    def __init__(self, target: LoadedModel, draft: LoadedModel, draft_int8: LoadedModel, max_new_tokens: int) -> None:
+        self.target, self.max_new_tokens = target, max_new_tokens
+        self.drafts = {False: draft, True: draft_int8}
+        self.decoders = (target.model.get_decoder(), draft.model.get_decoder(), draft_int8.model.get_decoder())
         self.pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
         self._ids = 0
 
@@ -127,32 +147,36 @@ class Bench:
         kwargs = dict(attention_mask=torch.ones_like(ids), do_sample=False, pad_token_id=self.pad,
                       max_new_tokens=max_new_tokens or self.max_new_tokens)
         if config.kind == "assisted":
-            gc = self.draft.model.generation_config
+            draft = self.drafts[config.int8]
+            gc = draft.model.generation_config
             gc.num_assistant_tokens = config.k  # reset every call: the heuristic schedule would persist its k
             gc.num_assistant_tokens_schedule = "constant"
             gc.assistant_confidence_threshold = 0.0  # v5 defaults to 0.4, which stops drafts early
-            kwargs["assistant_model"] = self.draft.model
+            kwargs["assistant_model"] = draft.model
         elif config.kind == "lookup":
             kwargs.update(prompt_lookup_num_tokens=config.k, max_matching_ngram_size=2)
-        with count_forwards(*self.decoders) as (t_log, d_log), stopwatch() as watch:
+        with count_forwards(*self.decoders) as (t_log, *d_logs), stopwatch() as watch:
             out = self.target.model.generate(ids, **kwargs)
         new = out[0, len(prompt_ids):].tolist()
-        return Sample(len(new) / watch.wall_s, watch.wall_s, len(new), t_log.count, d_log.count,
+        return Sample(len(new) / watch.wall_s, watch.wall_s, len(new), t_log.count, sum(d.count for d in d_logs),
                       hf_acceptance(t_log, len(prompt_ids), len(new)), [new], watch.cpu_share)
 
     @torch.inference_mode()
-    def spectune(self, configs: list[SpecConfig], prompts: list[list[int]],
+    def spectune(self, configs: list[StConfig], prompts: list[list[int]],
                  max_new_tokens: int | None = None) -> Sample:
         # transformers' target alone and prompt lookup never touch the draft; spectune's engine would prefill it for
         # every admitted request, so it gets the draft only when some request drafts with it
-        uses_draft = any(cfg.method == "draft" for cfg in configs)
-        engine = SpecEngine(self.target, self.draft if uses_draft else None, max_batch=len(prompts))
+        drafting = {cfg.int8 for cfg in configs if cfg.spec.method == "draft"}
+        if len(drafting) > 1:
+            raise ValueError("one engine drafts with one copy of the draft model")
+        draft = self.drafts[drafting.pop()] if drafting else None
+        engine = SpecEngine(self.target, draft, max_batch=len(prompts))
         params = SamplingParams(max_new_tokens=max_new_tokens or self.max_new_tokens)
         requests = []
         for cfg, ids in zip(configs, prompts):
             self._ids += 1
-            requests.append(Request(f"r{self._ids}", ids, params, cfg))
-        with count_forwards(*self.decoders) as (t_log, d_log), stopwatch() as watch:
+            requests.append(Request(f"r{self._ids}", ids, params, cfg.spec))
+        with count_forwards(*self.decoders) as (t_log, *d_logs), stopwatch() as watch:
             done = engine.run(requests)
         seconds = watch.wall_s
         outputs = [done[r.request_id][0] for r in requests]
@@ -160,7 +184,8 @@ class Bench:
         drafts = sum(s.drafts for s in summaries)
         mal = 1.0 + sum(s.accepted_tokens for s in summaries) / drafts if drafts else 1.0
         total = sum(len(o) for o in outputs)
-        return Sample(total / seconds, seconds, total, t_log.count, d_log.count, mal, outputs, watch.cpu_share)
+        return Sample(total / seconds, seconds, total, t_log.count, sum(d.count for d in d_logs), mal, outputs,
+                      watch.cpu_share)
 
 
 # -- phases ---------------------------------------------------------------------------------------------------------
@@ -174,8 +199,11 @@ def grid_order() -> list[Config]:
     return out
 
 
-def best(samples: dict[Config, list[Sample]], which: str) -> Config:
-    mine = {c: s for c, s in samples.items() if side(c) == which}
+def best(samples: dict[Config, list[Sample]], which: str, int8: bool | None = None) -> Config:
+    """``which`` side's fastest config; with ``int8`` given, among configs that leave the draft alone or draft with
+    that copy of it."""
+    mine = {c: s for c, s in samples.items() if side(c) == which
+            and (int8 is None or not isinstance(c, StConfig) or c.spec.method != "draft" or c.int8 == int8)}
     return max(mine, key=lambda c: Spread.of([x.tokens_per_s for x in mine[c]]).median)
 
 
@@ -197,17 +225,20 @@ def single_requests(bench: Bench, prompts: dict[str, Prompt], reps: int, log) ->
     return samples
 
 
-def global_best(samples: dict[str, dict[Config, list[Sample]]]) -> SpecConfig:
+def global_best(samples: dict[str, dict[Config, list[Sample]]]) -> StConfig:
     """The spectune config with the best geometric-mean speedup over spectune off across the prompts."""
-    def speedup(cfg: SpecConfig) -> float:
+    def speedup(cfg: StConfig) -> float:
         return geomean([Spread.of([s.tokens_per_s for s in samples[p][cfg]]).median
-                        / Spread.of([s.tokens_per_s for s in samples[p][OFF]]).median for p in PROMPTS])
-    return max((c for c in samples[PROMPTS[0]] if side(c) == ST and c.speculative), key=speedup)
+                        / Spread.of([s.tokens_per_s for s in samples[p][ST_OFF]]).median for p in PROMPTS])
+    return max((c for c in samples[PROMPTS[0]] if side(c) == ST and c.spec.speculative), key=speedup)
 
 
 def concurrent(bench: Bench, prompts: dict[str, Prompt], samples, reps: int, log) -> dict[str, object]:
     best_hf = {p: best(samples[p], HF) for p in PROMPTS}
-    best_st = {p: best(samples[p], ST) for p in PROMPTS}
+    # one engine holds one copy of the draft: the best per prompt among configs using the copy most prompts prefer
+    copies = [c.int8 for c in (best(samples[p], ST) for p in PROMPTS) if c.spec.method == "draft"]
+    copy = copies.count(True) >= copies.count(False) if copies else False
+    best_st = {p: best(samples[p], ST, copy) for p in PROMPTS}
     family = {name: "humaneval" if name.startswith("humaneval") else name for name in CONCURRENT}
     ids = [prompts[name].ids for name in CONCURRENT]
     glob = global_best(samples)
@@ -215,7 +246,7 @@ def concurrent(bench: Bench, prompts: dict[str, Prompt], samples, reps: int, log
         "transformers one after another (best per prompt)": ("hf", [best_hf[family[n]] for n in CONCURRENT]),
         f"spectune batched, {glob.label()} for all": ("st", [glob] * len(CONCURRENT)),
         "spectune batched, best per prompt": ("st", [best_st[family[n]] for n in CONCURRENT]),
-        "spectune batched, off": ("st", [OFF] * len(CONCURRENT)),
+        "spectune batched, off": ("st", [ST_OFF] * len(CONCURRENT)),
     }
     results: dict[str, list[Sample]] = {name: [] for name in runs}
     for rep, name in interleaved(list(runs), reps):
@@ -235,12 +266,13 @@ def concurrent(bench: Bench, prompts: dict[str, Prompt], samples, reps: int, log
 
 
 @torch.inference_mode()
-def cost_curve(target: LoadedModel, draft: LoadedModel, context: list[int], reps: int, log) -> list[dict]:
+def cost_curve(target: LoadedModel, draft: LoadedModel, draft_int8: LoadedModel, context: list[int], reps: int,
+               log) -> list[dict]:
     """Forward + logits for every fed token at a ``len(context)``-token cache: spectune's BatchKV path (mask building
     included) and a plain transformers forward on a DynamicCache, both timed per call."""
     points = ([("target", 1, t) for t in (1, 2, 4, 8, 16)] + [("target", b, 1) for b in (2, 4, 8)]
-              + [("draft", 1, 1)])
-    models = {"target": target.model, "draft": draft.model}
+              + [("draft", 1, 1), ("draft int8", 1, 1)])
+    models = {"target": target.model, "draft": draft.model, "draft int8": draft_int8.model}
     prefix = context[:-1]
     kvs: dict[tuple[str, int], BatchKV] = {}
     caches: dict[tuple[str, int], DynamicCache] = {}
@@ -376,10 +408,12 @@ def cost_table(rows: list[dict], context: int) -> list[str]:
         st, hf = Spread(**r["spectune_ms"]), Spread(**r["hf_ms"])
         lines.append(f"| {r['model']} | {r['batch']} | {r['tokens']} | {st.fmt(1)} "
                      f"| {st.median / ms(one, 'spectune'):.2f} | {hf.fmt(1)} | {hf.median / ms(one, 'hf'):.2f} |")
-    ratio_st = ms(unit["draft"], "spectune") / ms(unit["target"], "spectune")
-    ratio_hf = ms(unit["draft"], "hf") / ms(unit["target"], "hf")
-    return lines + ["", f"Draft/target single-token cost ratio: {ratio_st:.2f} (spectune path), "
-                        f"{ratio_hf:.2f} (transformers forward).", ""]
+    ratios = []
+    for draft in (d for d in ("draft", "draft int8") if d in unit):
+        ratio_st = ms(unit[draft], "spectune") / ms(unit["target"], "spectune")
+        ratio_hf = ms(unit[draft], "hf") / ms(unit["target"], "hf")
+        ratios.append(f"{draft} {ratio_st:.2f} (spectune path), {ratio_hf:.2f} (transformers forward)")
+    return lines + ["", f"Draft/target single-token cost ratio: {'; '.join(ratios)}.", ""]
 
 
 def targets(samples, conc) -> list[str]:
@@ -419,7 +453,8 @@ def to_json(meta, samples, conc, cost, refs) -> dict:
 def warm_up(bench: Bench, prompts: dict[str, Prompt]) -> None:
     """One short run of every code path, so first-call kernel setup is not timed."""
     ids = prompts["edit"].ids
-    for cfg in [HfConfig("alone"), HfConfig("assisted", 4), HfConfig("lookup", 4), OFF, *ST_GRID[3:5]]:
+    for cfg in [HfConfig("alone"), HfConfig("assisted", 4), HfConfig("assisted", 4, int8=True), HfConfig("lookup", 4),
+                ST_OFF, *(st for _, _, st in EQUAL), ST_GRID[3]]:
         bench.run(cfg, ids, max_new_tokens=8)
 
 
@@ -439,7 +474,7 @@ def from_json(data: dict) -> tuple[dict, dict, dict, list]:
 
 
 def report(meta: dict, prompts: dict[str, Prompt], samples, conc, cost, refs, context: int) -> str:
-    head = [f"## spectune vs transformers: {meta['target']} target, {meta['draft']} draft", "",
+    head = [f"## spectune vs transformers: {meta['target']} target, {meta['draft']} draft (and its int8 copy)", "",
             f"`{meta['command']}`: greedy, max_new_tokens {meta['max_new_tokens']}, torch threads {meta['threads']}, "
             f"{meta['reps']} timed passes of the compared configs (grid: 1 pass), torch {meta['torch']}, "
             f"transformers {meta['transformers']}. Load average (1/5/15 min) at start "
@@ -487,7 +522,7 @@ def main() -> None:
               flush=True)
 
     names = (("smollm2-135m", "bfloat16"), ("smollm2-135m", "float32")) if args.quick else \
-        (("qwen2.5-coder-1.5b", "bfloat16"), ("qwen2.5-coder-0.5b", "bfloat16"))
+        (("qwen2.5-coder-1.5b", "bfloat16"), ("qwen2.5-coder-0.5b", "bfloat16"))  # plus the draft's int8 copy
     meta = {"command": " ".join([".venv/bin/python", "benchmarks/engine_vs_hf.py", *sys.argv[1:]]),
             "target": "/".join(names[0]), "draft": "/".join(names[1]), "max_new_tokens": max_new,
             "reps": args.reps, "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -495,9 +530,10 @@ def main() -> None:
     log(f"loading {names}")
     target = load_model(names[0][0], dtype=names[0][1])
     draft = load_model(names[1][0], dtype=names[1][1])
+    draft_int8 = load_model(names[1][0], dtype="int8")
     check_draft_compatible(target, draft)
     prompts = build_prompts(target.tokenizer)
-    bench = Bench(target, draft, max_new)
+    bench = Bench(target, draft, draft_int8, max_new)
     warm_up(bench, prompts)
     log("grid")
     samples = single_requests(bench, prompts, args.reps, log)
@@ -506,7 +542,7 @@ def main() -> None:
     meta["load_avg_after_single"] = os.getloadavg()
     conc = concurrent(bench, prompts, samples, args.reps, log)
     context = (prompts["edit"].ids * (1 + args.context // len(prompts["edit"].ids)))[:args.context + 1]
-    cost = cost_curve(target, draft, context, args.cost_reps, log)
+    cost = cost_curve(target, draft, draft_int8, context, args.cost_reps, log)
     meta["load_avg_end"] = os.getloadavg()
     meta["context"] = args.context
     meta["wall_s"] = round(time.perf_counter() - started, 1)
