@@ -17,11 +17,13 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from functools import cached_property
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from engine.config import TreeShape
 
 COST_MODEL_VERSION = 1
+MONOTONE_SWEEPS = 4
 
 
 class EngineIdentity(BaseModel):
@@ -34,6 +36,20 @@ class EngineIdentity(BaseModel):
     draft: str | None = None
     dtype: str
     device: str = "cpu"
+
+
+def _isotonic(values: np.ndarray) -> np.ndarray:
+    """Least-squares non-decreasing fit of a sequence (pool adjacent violators, equal weights)."""
+    sums: list[float] = []
+    counts: list[int] = []
+    for v in values:
+        sums.append(float(v))
+        counts.append(1)
+        while len(sums) > 1 and sums[-2] / counts[-2] > sums[-1] / counts[-1]:
+            total, count = sums.pop(), counts.pop()
+            sums[-1] += total
+            counts[-1] += count
+    return np.repeat(np.array(sums) / np.array(counts), counts)
 
 
 def _segment(axis: tuple[float, ...], x: float) -> tuple[int, int, float]:
@@ -76,6 +92,21 @@ class ForwardGrid(BaseModel):
         if any(s <= 0 for row in self.seconds for col in row for s in col):
             raise ValueError("seconds: every measured time must be positive")
         return self
+
+    def monotone(self) -> ForwardGrid:
+        """The grid fitted to be non-decreasing along every axis (more rows, tokens or context never cost less).
+
+        Isotonic regression (pool adjacent violators) along one axis at a time, for a few sweeps, moves each noisy
+        point as little as the ordering allows; a running maximum along each axis then guarantees the order (it
+        keeps the other axes' order, being a maximum of ordered lines)."""
+        values = np.array(self.seconds, dtype=float)
+        for _ in range(MONOTONE_SWEEPS):
+            for axis in range(3):
+                values = np.apply_along_axis(_isotonic, axis, values)
+        for axis in range(3):
+            values = np.maximum.accumulate(values, axis=axis)
+        return self.model_copy(update={"seconds": tuple(tuple(tuple(float(x) for x in col) for col in row)
+                                                        for row in values)})
 
     @cached_property
     def floor(self) -> float:

@@ -7,9 +7,13 @@ What is timed is what the engine runs each step, through the same code (``engine
 - draft: the same for the draft model (one forward per drafted depth);
 - n-gram: one ``ngram_candidates`` lookup over a ``context``-token sequence.
 
-Each point is the median of ``repeats`` timings after ``warmup`` untimed runs. The model itself is the measured
-grid read by piecewise-linear interpolation (see ``policies.cost_model``): it passes through every measured point,
-so "fitting" is storing the medians with the engine identity.
+Timings on a shared CPU drift by 10-30% within minutes, and a grid timed point after point (all repeats of one
+point, then the next) lets that drift masquerade as cost structure: we measured a 1-token verify dearer than a
+4-token one. So the grid is timed in rounds: after ``warmup`` untimed rounds, each of ``repeats`` rounds times every
+point once, in a rotated order, and a point's time is the median of its rounds. Forward time never falls when the
+batch, the tokens per row or the context grow, so the medians are then fitted to the closest grid that is monotone
+along every axis (``policies.cost_model.ForwardGrid.monotone``). The model is that grid read by piecewise-linear
+interpolation (see ``policies.cost_model``), stored with the engine identity.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ class Grid:
     draft_tokens: tuple[int, ...] = (1, 2, 4)
     context_lens: tuple[int, ...] = (128, 512)
     warmup: int = 1
-    repeats: int = 3
+    repeats: int = 5
 
 
 FULL = Grid()
@@ -65,9 +69,9 @@ def prefill(loaded: LoadedModel, context: int) -> BatchKV:
     return kv
 
 
-def time_forward(base: BatchKV, batch: int, tokens: int, warmup: int, repeats: int) -> float:
-    """Median seconds of one engine forward step (forward, LM head, argmax, commit) for ``batch`` copies of
-    ``base``'s row with ``tokens`` new chain nodes each."""
+def forward_step(base: BatchKV, batch: int, tokens: int) -> Callable[[], None]:
+    """One engine forward step (forward, LM head, argmax, commit) for ``batch`` copies of ``base``'s row with
+    ``tokens`` new chain nodes each; the cache keeps its context between calls."""
     kv = BatchKV(base.model, 0)
     kv.extend(base)
     kv.select([0] * batch)
@@ -75,9 +79,14 @@ def time_forward(base: BatchKV, batch: int, tokens: int, warmup: int, repeats: i
 
     def run() -> None:
         kv.logits(kv.forward(nodes)).argmax(-1).tolist()
-        kv.commit([[] for _ in range(batch)])  # keep the context fixed between repeats
+        kv.commit([[] for _ in range(batch)])
 
-    return _median_s(run, warmup, repeats)
+    return run
+
+
+def time_forward(base: BatchKV, batch: int, tokens: int, warmup: int, repeats: int) -> float:
+    """Median seconds of ``forward_step``."""
+    return _median_s(forward_step(base, batch, tokens), warmup, repeats)
 
 
 def time_ngram(context: int, warmup: int, repeats: int) -> float:
@@ -89,14 +98,22 @@ def time_ngram(context: int, warmup: int, repeats: int) -> float:
 
 def measure_grid(loaded: LoadedModel, batch_sizes: Sequence[int], tokens: Sequence[int], contexts: Sequence[int],
                  grid: Grid, tick: Callable[[], None]) -> ForwardGrid:
+    """Every point timed once per round (see the module docstring); ``tick`` after each timed round of a point."""
     bases = {c: prefill(loaded, c) for c in contexts}
-
-    def seconds(b: float, t: float, c: float) -> float:
-        s = time_forward(bases[int(c)], int(b), int(t), grid.warmup, grid.repeats)
-        tick()
-        return s
-
-    return uniform_grid(batch_sizes, tokens, contexts, seconds)
+    points = [(b, t, c) for b in batch_sizes for t in tokens for c in contexts]
+    steps = {p: forward_step(bases[p[2]], p[0], p[1]) for p in points}
+    times: dict[tuple[int, int, int], list[float]] = {p: [] for p in points}
+    for round_ in range(grid.warmup + grid.repeats):
+        shift = round_ * len(points) // max(grid.warmup + grid.repeats, 1)
+        for point in points[shift:] + points[:shift]:
+            start = time.perf_counter()
+            steps[point]()
+            if round_ >= grid.warmup:
+                times[point].append(time.perf_counter() - start)
+        if round_ >= grid.warmup:
+            tick()
+    measured = uniform_grid(batch_sizes, tokens, contexts, lambda b, t, c: statistics.median(times[(b, t, c)]))
+    return measured.monotone()
 
 
 def calibrate(target: LoadedModel, draft: LoadedModel | None, grid: Grid = FULL, progress: bool = False,
@@ -104,9 +121,7 @@ def calibrate(target: LoadedModel, draft: LoadedModel | None, grid: Grid = FULL,
     """Time the grid on ``target`` (and ``draft``) and return the cost model with the engine identity."""
     from tqdm import tqdm
 
-    target_points = len(grid.batch_sizes) * len(grid.tokens) * len(grid.context_lens)
-    draft_points = len(grid.batch_sizes) * len(grid.draft_tokens) * len(grid.context_lens) if draft else 0
-    with torch.no_grad(), tqdm(total=target_points + draft_points, desc="calibrate", unit="point",
+    with torch.no_grad(), tqdm(total=grid.repeats * (2 if draft else 1), desc="calibrate", unit="round",
                                disable=not progress) as bar:
         target_grid = measure_grid(target, grid.batch_sizes, grid.tokens, grid.context_lens, grid,
                                    lambda: bar.update(1))

@@ -39,6 +39,20 @@ def test_single_point_axes_are_constant():
     assert grid(16, 1.5, 4096) == pytest.approx(0.15)
 
 
+def test_monotone_fit_pools_violators_and_keeps_ordered_grids():
+    line = ForwardGrid(batch_sizes=(1,), tokens=(1, 2, 4), context_lens=(64,),
+                       seconds=(((0.40,), (0.29,), (0.33,)),))
+    assert [col[0] for col in line.monotone().seconds[0]] == pytest.approx([0.34, 0.34, 0.34])  # pooled to the mean
+    noisy = ForwardGrid(batch_sizes=(1, 2), tokens=(1, 2, 4), context_lens=(64,),
+                        seconds=(((0.40,), (0.29,), (0.33,)), ((0.38,), (0.40,), (0.38,))))
+    values = [[col[0] for col in row] for row in noisy.monotone().seconds]
+    for row in values:
+        assert row == sorted(row)
+    for t in range(3):
+        assert values[0][t] <= values[1][t]
+    assert GRID.monotone() == GRID
+
+
 def test_exact_on_linear_surfaces():
     cost = linear_cost()
     assert cost.verify_s(4, 12, 500) == pytest.approx(0.02 + 0.0005 * 12 + 2e-6 * 4 * 500)
