@@ -170,7 +170,8 @@ class SpecEngine:
         batch = len(self._running)
         self.step_count += 1
         contexts = self.kv.lengths.tolist()
-        configs = [self._decide(r, batch, contexts[b]) for b, r in enumerate(self._running)]
+        longest = max(contexts)
+        configs = [self._decide(r, batch, contexts[b], longest) for b, r in enumerate(self._running)]
         depths = [self._depth(r, cfg) for r, cfg in zip(self._running, configs)]
 
         t0 = time.perf_counter()
@@ -212,9 +213,9 @@ class SpecEngine:
             self._retain(keep)
         return outputs
 
-    def _decide(self, r: _Running, batch: int, context: int) -> SpecConfig:
+    def _decide(self, r: _Running, batch: int, context: int, longest: int) -> SpecConfig:
         ctx = DecisionContext(r.request.request_id, r.request.workload, batch, context, len(r.request.prompt_ids),
-                              len(r.output), r.summary.steps, r.request.config, r.last)
+                              len(r.output), r.summary.steps, r.request.config, r.last, longest)
         cfg = self.policy.decide(ctx).at_batch_size(batch)
         if cfg.method == "draft" and "draft" not in self.drafters:
             return SpecConfig()

@@ -28,6 +28,14 @@ class DecisionContext:
     request_step: int  # decode steps this request has taken so far
     requested: SpecConfig  # the config the request was submitted with
     last: StepStats | None  # this request's previous step, if any
+    # The longest context in the batch: every row's forward spans the padded cache, so a step costs what the longest
+    # context costs. None (a lone request, or a caller that does not know) means ``context_len``.
+    batch_context_len: int | None = None
+
+    @property
+    def step_context_len(self) -> int:
+        """The context length a step of this batch is priced at."""
+        return self.context_len if self.batch_context_len is None else max(self.batch_context_len, self.context_len)
 
 
 @runtime_checkable

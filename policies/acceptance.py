@@ -9,7 +9,7 @@ wider node is credited with at least what a narrower one achieves. A config of d
 
 tokens per step. Depths never observed borrow the deepest observed estimate above them (acceptance changes slowly with
 depth), so a workload running k=2 still prices k=8 from what it has seen. The EWMA starts as a running mean with the
-prior counting as one observation, then settles at weight ``decay`` so the estimate follows phase changes.
+prior counting as ``prior_weight`` observations, then settles at weight ``decay`` so the estimate follows phase changes.
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ MAX_DEPTH = 32
 
 
 class AcceptanceTable:
-    __slots__ = ("prior", "decay", "widths", "depth", "alpha", "seen", "fill", "fill_seen", "_effective")
+    __slots__ = ("prior", "prior_weight", "decay", "widths", "depth", "alpha", "seen", "fill", "fill_seen",
+                 "_effective")
 
     def __init__(self, methods: tuple[str, ...], widths: list[int], prior: float, decay: float,
-                 depth: int = MAX_DEPTH) -> None:
+                 depth: int = MAX_DEPTH, prior_weight: float = 1.0) -> None:
         self.depth = depth  # deepest depth priced; observations reach MAX_DEPTH
         self.prior = prior
+        self.prior_weight = prior_weight
         self.decay = decay
         self.widths = sorted(widths)
         self.alpha = {(m, w): [prior] * MAX_DEPTH for m in methods for w in self.widths}
@@ -66,6 +68,10 @@ class AcceptanceTable:
             self._effective[key] = effective
         return effective
 
+    def observed_depth(self, method: str) -> int:
+        """The deepest depth observed for ``method`` at any width (0 if none)."""
+        return max((d + 1 for w in self.widths for d, n in enumerate(self.seen[(method, w)]) if n), default=0)
+
     def observe_walk(self, method: str, tree: TreeShape, accepted: int, window: int, stopped: bool) -> None:
         """One step: depths 1..accepted were accepted and, unless the walk ended at a stop token or at the end of
         the ``window`` it was allowed, depth accepted + 1 was a miss."""
@@ -89,7 +95,7 @@ class AcceptanceTable:
         self.fill_seen += 1
 
     def _weight(self, seen: int) -> float:
-        return max(self.decay, 1.0 / (seen + 2))
+        return max(self.decay, 1.0 / (seen + 1 + self.prior_weight))
 
     def estimates(self, method: str, width: int = 1) -> list[float]:
         """The conditional acceptance now assumed at depths 1..``depth``."""

@@ -9,11 +9,19 @@ assuming, for the choice, that the batch's other requests run the same config. O
 speculation must beat it by ``margin``, so acceptance near 0 or a steep verify curve turns speculation off (k = 0).
 
 Estimates only move for what runs, so every other (method, tree) group, and speculation itself while off, is probed:
-a group whose best config scores a fraction ``loss`` below the chosen one runs for one engine step, in one request of
-the batch, once ``loss / probe_budget`` engine steps (at least 1) have passed since it last ran. Probing so costs about
-``probe_budget`` of throughput per group, and a group that looks almost as good as the choice is re-checked almost
-every other step. A group that has run in fewer than ``WARM_STEPS`` engine steps waits proportionally less, since a
-few steps (say, every request's first) are weak evidence.
+a group's best config runs for one engine step, in one request of the batch, once ``loss / probe_budget`` engine
+steps (at least 1) have passed since it last ran, where ``loss`` is the share of the batch's throughput that step
+gives up: the probing request's tokens fall from the choice's to the probe's, and the whole step waits for the probe's
+draft pass and extra verify tokens (a draft-model pass runs over every row of the batch, so at batch 16 one probing
+request can cost the step a third of its time). Probing so costs about ``probe_budget`` of throughput per group, a
+group that looks almost as good as the choice is re-checked almost every other step, and one that would slow the
+whole batch is checked rarely. A group that has run in fewer than ``WARM_STEPS`` engine steps waits proportionally
+less, since a few steps (say, every request's first) are weak evidence.
+
+Depths never observed borrow the deepest observed estimate, which can be far too kind to a deep config (two depths
+seen at 0.99 would price k=16 at 15 accepted tokens), so candidates stop at the first k at least ``REACH`` depths
+past the deepest one observed; running them observes the next depths, and k grows step by step while acceptance
+holds up.
 
 N-gram acceptance counts lookups that found nothing (or fewer tokens than asked) as misses, so the estimate prices
 lookups that come up short; ``nodes`` of an n-gram config is scaled by the measured share proposed. Choices are cached
@@ -21,6 +29,8 @@ per (workload, batch size, context bucket) and re-evaluated every ``refresh_ever
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from pydantic import Field, field_validator
 
@@ -32,6 +42,7 @@ from policies.base import IntList, MethodList, Policy, PolicyOptions, TreeList, 
 from policies.cost_model import CostModel
 
 CONTEXT_BUCKET = 64
+REACH = 2  # depths a candidate may go past the deepest one observed
 WARM_STEPS = 16
 CHAIN = TreeShape()
 
@@ -43,6 +54,7 @@ class GoodputOptions(PolicyOptions):
     min_n: int = 1
     max_n: int = 4
     prior: float = Field(default=0.6, ge=0.0, le=1.0)  # conditional acceptance assumed before any observation
+    prior_weight: float = Field(default=1.0, gt=0.0)  # observations the prior counts as
     decay: float = Field(default=0.05, gt=0.0, le=1.0)  # weight of a new observation once warmed up
     probe_budget: float = Field(default=0.005, gt=0.0, le=1.0)  # throughput share spent re-checking each group
     refresh_every: int = Field(default=32, ge=1)  # observations between re-evaluations of a cached choice
@@ -107,6 +119,22 @@ class _Workload:
         self.probe_owners: dict[int, str] = {}  # group -> the one request probing it in that step
 
 
+@dataclass(frozen=True)
+class _Priced:
+    """A candidate config with what the policy expects of it for one request at the batch size being evaluated."""
+
+    config: SpecConfig
+    group: int  # -1 for off
+    accepted: float  # E[a] per step
+    nodes: float  # draft nodes verified per step
+    draft_s: float
+    seconds: float  # draft + verify seconds of a step in which every request runs this config
+
+    @property
+    def score(self) -> float:
+        return (1.0 + self.accepted) / self.seconds
+
+
 class GoodputPolicy(Policy):
     name = "goodput"
     Options = GoodputOptions
@@ -138,7 +166,7 @@ class GoodputPolicy(Policy):
     def choose(self, ctx: DecisionContext) -> SpecConfig:
         work = self._workload(ctx.workload)
         batch = max(ctx.batch_size, 1)
-        bucket = max(ctx.context_len, 0) // CONTEXT_BUCKET
+        bucket = max(ctx.step_context_len, 0) // CONTEXT_BUCKET
         epoch = work.observations // self.options.refresh_every
         cached = work.choices.get((batch, bucket))
         if cached is None or cached[0] != epoch:
@@ -171,28 +199,38 @@ class GoodputPolicy(Policy):
                   bucket: int) -> tuple[SpecConfig, list[tuple[int, SpecConfig, float]]]:
         """The best config, and each other group's best config with the steps to wait between its probes."""
         table = work.table
-        off_score = 1.0 / self._verify(batch, bucket, 0.0)
-        per_group: list[tuple[int, SpecConfig, float]] = []
+        off = _Priced(self.off, -1, 0.0, 0.0, 0.0, self._verify(batch, bucket, 0.0))
+        per_group: list[_Priced] = []
         for index, group in enumerate(self.groups):
             accepted = table.accepted_by_depth(group.method, group.tree, group.max_k)
             drafting = self._draft(batch, bucket, index)
             fill = table.fill if group.method == "ngram" else 1.0
-            top_k, top = group.ks[0], 0.0
+            top: _Priced | None = None
+            reach = table.observed_depth(group.method) + REACH
             for k in group.ks:
-                score = (1.0 + accepted[k]) / (drafting[k] + self._verify(batch, bucket, group.nodes[k] * fill))
-                if score > top:
-                    top_k, top = k, score
-            per_group.append((index, group.configs[top_k], top))
-        winner = max(per_group, key=lambda entry: entry[2])
-        speculate = winner[2] > off_score * (1.0 + self.options.margin)
-        best, best_score = (winner[1], winner[2]) if speculate else (self.off, off_score)
-        # The draft model runs over every row of the batch (padded) even when one request probes it, so its
-        # probes cost the whole batch a draft pass: space them ``batch`` times further apart.
-        probes = [(index, config, max(1.0, (1.0 - score / best_score) / self.options.probe_budget
-                                      * min(1.0, work.runs[index] / WARM_STEPS)
-                                      * (batch if config.method == "draft" else 1)))
-                  for index, config, score in per_group if not (speculate and index == winner[0])]
-        return best, probes
+                nodes = group.nodes[k] * fill
+                priced = _Priced(group.configs[k], index, accepted[k], nodes, drafting[k],
+                                 drafting[k] + self._verify(batch, bucket, nodes))
+                if top is None or priced.score > top.score:
+                    top = priced
+                if k >= reach:  # the first candidate at or past the reach is the deepest priced
+                    break
+            per_group.append(top)
+        winner = max(per_group, key=lambda p: p.score)
+        best = winner if winner.score > off.score * (1.0 + self.options.margin) else off
+        probes = [(p.group, p.config, max(1.0, self._probe_loss(best, p, batch, bucket) / self.options.probe_budget
+                                          * min(1.0, work.runs[p.group] / WARM_STEPS)))
+                  for p in per_group if p is not best]
+        return best.config, probes
+
+    def _probe_loss(self, best: _Priced, probe: _Priced, batch: int, bucket: int) -> float:
+        """Share of the batch's throughput lost in a step where one request runs ``probe`` and the rest ``best``."""
+        best_tokens = 1.0 + best.accepted
+        draft_s = max(best.draft_s, probe.draft_s) if probe.config.method == best.config.method else \
+            best.draft_s + probe.draft_s
+        verify_s = self._verify(batch, bucket, best.nodes + (probe.nodes - best.nodes) / batch)
+        probe_rate = ((batch - 1) * best_tokens + 1.0 + probe.accepted) / (draft_s + verify_s)
+        return max(0.0, 1.0 - probe_rate / (batch * best_tokens / best.seconds))
 
     def _draft(self, batch: int, bucket: int, index: int) -> list[float]:
         key = (batch, bucket, index)
@@ -268,6 +306,7 @@ class GoodputPolicy(Policy):
         work = self._workloads.get(workload)
         if work is None:
             table = AcceptanceTable(self.options.methods, self._widths, self.options.prior, self.options.decay,
+                                    prior_weight=self.options.prior_weight,
                                     depth=max(self.options.ks))
             work = _Workload(table, len(self.groups))
             self._workloads[workload] = work

@@ -127,16 +127,16 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
         step += 1
         batch = len(running)
         contexts = [r.trace.prompt_len + r.p - 1 for r in running]
+        longest = max(contexts)
         configs = []
         for r, context in zip(running, contexts):
             trace = r.trace.trace
             ctx = DecisionContext(trace.request_id, trace.workload, batch, context, r.trace.prompt_len, r.p,
-                                  r.steps, requested, r.last)
+                                  r.steps, requested, r.last, longest)
             config = policy.decide(ctx).at_batch_size(batch)
             configs.append(config)
             used[config.label()] += 1
         outcomes = [r.trace.step(r.p, config) for r, config in zip(running, configs)]
-        longest = max(contexts)
         draft_s = _draft_seconds(cost, batch, longest, configs, outcomes)
         batch_verify = sum(1 + out.nodes for out in outcomes)
         verify_s = cost.verify_s(batch, batch_verify, longest)
