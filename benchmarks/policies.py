@@ -32,7 +32,8 @@ BATCH_SIZES = (1, 2, 4, 8, 16)
 POLICIES = ("heuristic", "goodput", "bandit")
 MIXED_CYCLES = 2
 LIVE_CELLS = (("code-edit", 4, "static:method=ngram,k=8"), ("humaneval", 2, "static:method=draft,k=4"),
-              ("prose", 4, "static:method=off"), ("math", 1, "static:method=draft,k=2"))
+              ("prose", 4, "static:method=off"), ("math", 1, "static:method=draft,k=2"), ("humaneval", 1, "goodput"),
+              ("math", 2, "goodput"))
 
 
 class Models:
@@ -161,28 +162,27 @@ def decode_seconds(engine, requests) -> tuple[dict, float]:
 def live_check(groups: dict, cost, models: Models) -> list[dict]:
     from engine.engine import Request, SpecEngine
     from engine.sampling import SamplingParams
-    from policies.registry import PolicySpec, build_policy
+    from policies.registry import build_policy
     from tuner.replay import replay_cell
 
     target, draft = models.get()
     rows = []
     for workload, batch, spec in LIVE_CELLS:
         traces = groups[workload]
-        policy = build_policy(spec, cost)
-        predicted = replay_cell(traces, policy, cost, batch, spec)
-        config = build_policy(PolicySpec.parse(spec)).config  # type: ignore[attr-defined]
-        engine = SpecEngine(target, draft, max_batch=batch)
-        requests = [Request(t.request_id, list(t.prompt_ids), SamplingParams(max_new_tokens=t.max_new_tokens),
-                            config) for t in traces]
+        predicted = replay_cell(traces, build_policy(spec, cost), cost, batch, spec)
+        engine = SpecEngine(target, draft, policy=build_policy(spec, cost), max_batch=batch)  # a fresh copy
+        requests = [Request(t.request_id, list(t.prompt_ids), SamplingParams(max_new_tokens=t.max_new_tokens))
+                    for t in traces]
         tokens, seconds = decode_seconds(engine, requests)
         emitted = sum(len(v) for v in tokens.values())
         same = sum(tokens[t.request_id] == list(t.output_ids) for t in traces)
-        row = {"workload": workload, "batch_size": batch, "config": config.label(),
+        label = spec.removeprefix("static:method=").replace(",k=", " k=")
+        row = {"workload": workload, "batch_size": batch, "config": label,
                "predicted_tokens_per_s": predicted.tokens_per_s, "live_tokens_per_s": emitted / seconds,
                "predicted_steps": predicted.steps, "live_steps": engine.step_count,
                "outputs_identical_to_trace": f"{same}/{len(traces)}"}
         row["live_over_predicted"] = row["live_tokens_per_s"] / row["predicted_tokens_per_s"]
-        print(f"live {workload} B={batch} {config.label()}: predicted {predicted.tokens_per_s:.2f} tok/s, live "
+        print(f"live {workload} B={batch} {label}: predicted {predicted.tokens_per_s:.2f} tok/s, live "
               f"{row['live_tokens_per_s']:.2f} tok/s")
         rows.append(row)
     return rows
