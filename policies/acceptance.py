@@ -9,7 +9,7 @@ wider node is credited with at least what a narrower one achieves. A config of d
 
 tokens per step. Depths never observed borrow the deepest observed estimate above them (acceptance changes slowly with
 depth), so a workload running k=2 still prices k=8 from what it has seen. The EWMA starts as a running mean with the
-prior counting as ``prior_weight`` observations, then settles at weight ``decay`` so the estimate follows phase changes.
+prior counting as one observation, then settles at weight ``decay`` so the estimate follows phase changes.
 """
 
 from __future__ import annotations
@@ -20,14 +20,12 @@ MAX_DEPTH = 32
 
 
 class AcceptanceTable:
-    __slots__ = ("prior", "prior_weight", "decay", "widths", "depth", "alpha", "seen", "fill", "fill_seen",
-                 "_effective")
+    __slots__ = ("prior", "decay", "widths", "depth", "alpha", "seen", "fill", "fill_seen", "_effective")
 
     def __init__(self, methods: tuple[str, ...], widths: list[int], prior: float, decay: float,
-                 depth: int = MAX_DEPTH, prior_weight: float = 1.0) -> None:
+                 depth: int = MAX_DEPTH) -> None:
         self.depth = depth  # deepest depth priced; observations reach MAX_DEPTH
         self.prior = prior
-        self.prior_weight = prior_weight
         self.decay = decay
         self.widths = sorted(widths)
         self.alpha = {(m, w): [prior] * MAX_DEPTH for m in methods for w in self.widths}
@@ -95,7 +93,7 @@ class AcceptanceTable:
         self.fill_seen += 1
 
     def _weight(self, seen: int) -> float:
-        return max(self.decay, 1.0 / (seen + 1 + self.prior_weight))
+        return max(self.decay, 1.0 / (seen + 2))
 
     def estimates(self, method: str, width: int = 1) -> list[float]:
         """The conditional acceptance now assumed at depths 1..``depth``."""

@@ -54,7 +54,6 @@ class GoodputOptions(PolicyOptions):
     min_n: int = 1
     max_n: int = 4
     prior: float = Field(default=0.6, ge=0.0, le=1.0)  # conditional acceptance assumed before any observation
-    prior_weight: float = Field(default=1.0, gt=0.0)  # observations the prior counts as
     decay: float = Field(default=0.05, gt=0.0, le=1.0)  # weight of a new observation once warmed up
     probe_budget: float = Field(default=0.005, gt=0.0, le=1.0)  # throughput share spent re-checking each group
     refresh_every: int = Field(default=32, ge=1)  # observations between re-evaluations of a cached choice
@@ -306,7 +305,6 @@ class GoodputPolicy(Policy):
         work = self._workloads.get(workload)
         if work is None:
             table = AcceptanceTable(self.options.methods, self._widths, self.options.prior, self.options.decay,
-                                    prior_weight=self.options.prior_weight,
                                     depth=max(self.options.ks))
             work = _Workload(table, len(self.groups))
             self._workloads[workload] = work

@@ -103,8 +103,9 @@ def measure_grid(loaded: LoadedModel, batch_sizes: Sequence[int], tokens: Sequen
     points = [(b, t, c) for b in batch_sizes for t in tokens for c in contexts]
     steps = {p: forward_step(bases[p[2]], p[0], p[1]) for p in points}
     times: dict[tuple[int, int, int], list[float]] = {p: [] for p in points}
-    for round_ in range(grid.warmup + grid.repeats):
-        shift = round_ * len(points) // max(grid.warmup + grid.repeats, 1)
+    rounds = grid.warmup + grid.repeats
+    for round_ in range(rounds):
+        shift = round_ * len(points) // rounds
         for point in points[shift:] + points[:shift]:
             start = time.perf_counter()
             steps[point]()
