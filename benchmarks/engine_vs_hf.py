@@ -277,9 +277,8 @@ def cost_curve(target: LoadedModel, draft: LoadedModel, draft_int8: LoadedModel,
     kvs: dict[tuple[str, int], BatchKV] = {}
     caches: dict[tuple[str, int], DynamicCache] = {}
     for name, model in models.items():
-        one = BatchKV(model, 1)
-        one.forward(Nodes.chains([prefix], 0, one.device))
-        one.commit([list(range(len(prefix)))])
+        one = BatchKV(model)
+        one.prefill([prefix])
         dyn = DynamicCache()
         model(input_ids=torch.tensor([prefix], device=one.device), cache=dyn, use_cache=True)
         for b in sorted({b for n, b, _ in points if n == name}):

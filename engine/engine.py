@@ -149,11 +149,7 @@ class SpecEngine:
             return
         started = time.perf_counter()
         prompts = [r.prompt_ids for r in new]
-        fresh = BatchKV(self.target.model, len(new))
-        if any(len(p) > 1 for p in prompts):
-            fresh.forward(Nodes.chains([p[:-1] for p in prompts], 0, fresh.device))
-            fresh.commit([list(range(len(p) - 1)) for p in prompts])
-        self.kv.extend(fresh)
+        self.kv.prefill([p[:-1] for p in prompts])
         for drafter in self.drafters.values():
             drafter.admit(prompts)
         prefill_s = time.perf_counter() - started

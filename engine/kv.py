@@ -158,6 +158,16 @@ class BatchKV:
             self.values = [v.index_select(0, idx)[:, :, start:] for v in self.values]
         self._reset_pending()
 
+    def prefill(self, prompts: list[list[int]]) -> None:
+        """Append one row per prompt holding all of it in the cache. Each prompt runs in its own forward: prompts
+        padded to the longest would multiply prefill compute by the length spread, which dominates a batched run."""
+        for prompt in prompts:
+            fresh = BatchKV(self.model, 1)
+            if prompt:
+                fresh.forward(Nodes.chains([prompt], 0, fresh.device))
+                fresh.commit([list(range(len(prompt)))])
+            self.extend(fresh)
+
     def extend(self, other: BatchKV) -> None:
         """Append ``other``'s rows (committed state only) after this cache's rows, left-padding the shorter side."""
         if other.keys is None:

@@ -62,10 +62,8 @@ def _median_s(run: Callable[[], None], warmup: int, repeats: int) -> float:
 
 def prefill(loaded: LoadedModel, context: int) -> BatchKV:
     """A one-row cache holding ``context`` committed tokens."""
-    kv = BatchKV(loaded.model, 1)
-    prompt = [(7 * i + 3) % loaded.vocab_size for i in range(context)]
-    kv.forward(Nodes.chains([prompt], 0, kv.device))
-    kv.commit([list(range(context))])
+    kv = BatchKV(loaded.model)
+    kv.prefill([[(7 * i + 3) % loaded.vocab_size for i in range(context)]])
     return kv
 
 

@@ -32,11 +32,7 @@ class DraftModelDrafter(Drafter):
         self._rows: dict[int, _RowDraft] = {}
 
     def admit(self, prompts: list[list[int]]) -> None:
-        fresh = BatchKV(self.kv.model, len(prompts))
-        if any(len(p) > 1 for p in prompts):
-            fresh.forward(Nodes.chains([p[:-1] for p in prompts], 0, fresh.device))
-            fresh.commit([list(range(len(p) - 1)) for p in prompts])
-        self.kv.extend(fresh)
+        self.kv.prefill([p[:-1] for p in prompts])
 
     def retain(self, rows: list[int]) -> None:
         self.kv.select(rows)

@@ -63,11 +63,7 @@ def test_commit_keeps_only_the_accepted_path(model):
 def test_select_and_extend_keep_rows_intact(model):
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]
     kv = BatchKV(model, 0)
-    for p in prompts:
-        fresh = BatchKV(model, 1)
-        fresh.forward(Nodes.chains([p], 0, fresh.device))
-        fresh.commit([list(range(len(p)))])
-        kv.extend(fresh)
+    kv.prefill(prompts)
     kv.select([2, 0])  # drop the long row: padding it needed is trimmed
     assert kv.committed_slots == 3
     logits = kv.logits(kv.forward(Nodes.chains([[11], [12]], 0, kv.device)))
