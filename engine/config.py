@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 MAX_TREE_NODES = 256
 
 Method = Literal["off", "draft", "ngram"]
+NgramMatch = Literal["recent", "first"]
 
 
 class TreeShape(BaseModel):
@@ -98,6 +99,9 @@ class SpecConfig(BaseModel):
     tree: TreeShape = Field(default_factory=TreeShape)
     min_n: int = Field(default=1, ge=1, le=16, description="shortest n-gram the lookup matches")
     max_n: int = Field(default=4, ge=1, le=16, description="longest n-gram the lookup tries first")
+    ngram_match: NgramMatch = Field(default="recent", description=(
+        "which earlier occurrence of the n-gram the lookup continues first: the most recent, or the first (in a "
+        "copy-heavy edit the source text in the prompt, as in transformers' prompt lookup)"))
     max_batch_size: int | None = Field(default=None, ge=1, description="speculate only up to this batch size")
 
     @model_validator(mode="after")
@@ -123,7 +127,9 @@ class SpecConfig(BaseModel):
         """Short human-readable name, e.g. ``draft k=4 chain`` or ``off``."""
         if not self.speculative:
             return "off"
-        extra = f" n={self.min_n}..{self.max_n}" if self.method == "ngram" else ""
+        extra = ""
+        if self.method == "ngram":
+            extra = f" n={self.min_n}..{self.max_n}" + (" first" if self.ngram_match == "first" else "")
         return f"{self.method} k={self.k} {self.tree}{extra}"
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.config import Method, SpecConfig
+from engine.config import Method, NgramMatch, SpecConfig
 from engine.policy import DecisionContext
 from policies.base import Policy, PolicyOptions, Tree
 
@@ -15,6 +15,7 @@ class StaticOptions(PolicyOptions):
     budget: int | None = None
     min_n: int = 1
     max_n: int = 4
+    ngram_match: NgramMatch = "recent"
     max_batch_size: int | None = None
 
 

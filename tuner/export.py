@@ -94,10 +94,12 @@ def _speculative_ranges(config: SpecConfig, schedule: list[ScheduleEntry]) -> tu
     base = max(on, key=lambda c: c.k)
     notes = []
     for cfg in on:
-        for field in ("method", "tree", "min_n", "max_n"):
+        for field in ("method", "tree", "min_n", "max_n", "ngram_match"):
             if getattr(cfg, field) != getattr(base, field):
                 notes.append(f"schedule.{field}: ranges use different values ({getattr(cfg, field)} vs "
                              f"{getattr(base, field)}); exported with {base.label()}'s, only k varies by batch size")
+    if base.method == "ngram" and base.ngram_match == "first":
+        notes.append("ngram_match: the engine's prompt lookup picks matches its own way; 'first' not expressed")
     return ranges, base, sorted(set(notes))
 
 

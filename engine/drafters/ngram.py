@@ -10,13 +10,14 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from engine.config import TreeShape
+from engine.config import NgramMatch, TreeShape
 from engine.tree import DraftTree
 
 
 def ngram_candidates(tokens: Sequence[int] | np.ndarray, k: int, min_n: int, max_n: int,
-                     max_candidates: int = 1) -> list[list[int]]:
-    """Continuations of earlier matches of the last n tokens, longest n first, most recent match first.
+                     max_candidates: int = 1, match: NgramMatch = "recent") -> list[list[int]]:
+    """Continuations of earlier matches of the last n tokens, longest n first, then the most recent match first
+    (``match="first"``: the earliest first).
 
     Example: tokens ``[5, 6, 7, 9, 5, 6]`` with k=2, n in 1..2: the suffix ``[5, 6]`` occurred at 0, followed by
     ``[7, 9]`` -> ``[[7, 9]]``. Duplicate continuations are skipped; at most ``max_candidates`` are returned.
@@ -28,7 +29,7 @@ def ngram_candidates(tokens: Sequence[int] | np.ndarray, k: int, min_n: int, max
     for n in range(min(max_n, length - 1), min_n - 1, -1):
         windows = sliding_window_view(arr[: length - 1], n)  # a match must end before the last token
         starts = np.flatnonzero((windows == arr[length - n:]).all(axis=1))
-        for start in starts[::-1]:
+        for start in starts[::-1] if match == "recent" else starts:
             cont = arr[start + n: start + n + k]
             key = tuple(int(t) for t in cont)
             if not key or key in seen:

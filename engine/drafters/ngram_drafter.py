@@ -14,6 +14,7 @@ class NgramDrafter(Drafter):
         trees = []
         for job in inputs:
             cfg = job.config
-            candidates = ngram_candidates(job.tokens, job.depth, cfg.min_n, cfg.max_n, max_candidates_for(cfg.tree))
+            candidates = ngram_candidates(job.tokens, job.depth, cfg.min_n, cfg.max_n, max_candidates_for(cfg.tree),
+                                          cfg.ngram_match)
             trees.append(ngram_tree(candidates, cfg.tree, job.depth))
         return trees

@@ -22,6 +22,7 @@ NEW_TOKENS = 20
 CONFIGS = [
     SpecConfig(),
     SpecConfig(method="ngram", k=4, min_n=1, max_n=3),
+    SpecConfig(method="ngram", k=4, min_n=1, max_n=3, ngram_match="first"),
     SpecConfig(method="ngram", k=3, tree=TreeShape(branching=(2, 2))),
     SpecConfig(method="ngram", k=5, tree=TreeShape(top_k=2, budget=6)),
     SpecConfig(method="draft", k=1),

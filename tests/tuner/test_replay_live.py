@@ -95,6 +95,7 @@ def compare(models, make_policy, max_batch: int) -> Recording:
     SpecConfig(method="draft", k=4),
     SpecConfig(method="draft", k=3, tree=TreeShape(branching=(2, 2))),
     SpecConfig(method="ngram", k=4, min_n=1, max_n=3),
+    SpecConfig(method="ngram", k=6, min_n=1, max_n=2, ngram_match="first"),
     SpecConfig(method="ngram", k=3, tree=TreeShape(branching=(2,))),
 ], ids=lambda c: c.label())
 def test_static_config_replays_the_live_run_exactly(models, config):

@@ -95,6 +95,17 @@ def test_ngram_tree_walks_the_branch_that_matches():
     assert trace.step(0, tree) == Outcome("ngram", 2, 4, 1, 2, 2)  # 1 8 and 2 8: the 2 branch hits once
 
 
+def test_ngram_first_match_continues_the_earliest_occurrence():
+    # 5 was followed by 2 8 first and by 1 8 most recently; the output copies the first occurrence
+    trace = ReplayTrace(make_trace([2, 8, 9], prompt=[5, 2, 8, 5, 1, 8, 5], max_new_tokens=3))
+    recent = SpecConfig(method="ngram", k=2, min_n=1, max_n=1)
+    first = recent.model_copy(update={"ngram_match": "first"})
+    assert ngram_candidates([5, 2, 8, 5, 1, 8, 5], 2, 1, 1, 2, "first") == [[2, 8], [1, 8]]
+    assert trace.step(0, recent).accepted == 0
+    assert trace.step(0, first) == Outcome("ngram", 2, 2, 2, 3, 2)
+    assert first.label() == "ngram k=2 chain n=1..1 first"
+
+
 def test_single_candidate_shortcut_matches_the_engine_lookup():
     rng = random.Random(0)
     for _ in range(200):
@@ -104,8 +115,9 @@ def test_single_candidate_shortcut_matches_the_engine_lookup():
         p, k = rng.randrange(12), rng.randrange(1, 9)
         lo = rng.randrange(1, 4)
         hi = lo + rng.randrange(0, 3)
-        expected = ngram_candidates(prompt + output[:p], k, lo, hi, 1)
-        got = trace.step(p, SpecConfig(method="ngram", k=k, min_n=lo, max_n=hi))
+        match = rng.choice(["recent", "first"])
+        expected = ngram_candidates(prompt + output[:p], k, lo, hi, 1, match)
+        got = trace.step(p, SpecConfig(method="ngram", k=k, min_n=lo, max_n=hi, ngram_match=match))
         proposal = expected[0] if expected else []
         assert got.nodes == len(proposal)
         true = output[p:p + k]

@@ -23,6 +23,7 @@ def generate(
     tree: Annotated[str, typer.Option(help="chain | 2,2,1 (branching per depth) | topk=4,budget=16")] = "chain",
     min_n: Annotated[int, typer.Option(help="n-gram lookup: shortest match")] = 1,
     max_n: Annotated[int, typer.Option(help="n-gram lookup: longest match")] = 4,
+    ngram_match: Annotated[str, typer.Option(help="n-gram lookup: recent | first match")] = "recent",
     dtype: Annotated[str, typer.Option(help="float32 | bfloat16 | float16 (CUDA)")] = "float32",
     draft_dtype: Annotated[str | None, typer.Option(help=DRAFT_DTYPE_HELP)] = None,
     temperature: Annotated[float, typer.Option(min=0.0)] = 0.0,
@@ -45,7 +46,8 @@ def generate(
         if (prompt is None) == (prompt_file is None):
             raise UsageError("give exactly one of --prompt and --prompt-file")
         text = prompt if prompt is not None else prompt_file.read_text()
-        config = SpecConfig(method=method, k=k, tree=TreeShape.parse(tree), min_n=min_n, max_n=max_n)
+        config = SpecConfig(method=method, k=k, tree=TreeShape.parse(tree), min_n=min_n, max_n=max_n,
+                            ngram_match=ngram_match)
         params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
         if config.method == "draft" and draft is None:
             raise UsageError("--method draft needs --draft")

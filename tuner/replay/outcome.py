@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.config import SpecConfig
+from engine.config import NgramMatch, SpecConfig
 from engine.drafters.ngram import max_candidates_for, ngram_candidates, ngram_tree
 from tuner.traces import Trace
 
@@ -105,24 +105,24 @@ class ReplayTrace:
         context = self.tokens[: self.prompt_len + p]
         wanted = max_candidates_for(config.tree)
         if wanted == 1:
-            candidates = self._longest_chain(p, config.min_n, config.max_n)
+            candidates = self._longest_chain(p, config.min_n, config.max_n, config.ngram_match)
             candidates = [candidates[0][:depth]] if candidates else []
         else:
-            candidates = ngram_candidates(context, depth, config.min_n, config.max_n, wanted)
+            candidates = ngram_candidates(context, depth, config.min_n, config.max_n, wanted, config.ngram_match)
         tree = ngram_tree(candidates, config.tree, depth)
         if not len(tree):
             return Outcome("off", 0, 0, 0, 1, depth)
         path = tree.walk(self.output[p: p + depth])
         return Outcome("ngram", tree.depth, len(tree), len(path), self._emitted(p, len(path)), depth)
 
-    def _longest_chain(self, p: int, min_n: int, max_n: int) -> list[list[int]]:
+    def _longest_chain(self, p: int, min_n: int, max_n: int, match: NgramMatch) -> list[list[int]]:
         """The single-candidate lookup at the largest depth. With one candidate the lookup picks the same match
         whatever the depth (a continuation is non-empty for every depth or for none), so depth d's proposal is this
         one's first d tokens; lookups dominate replay time, so each is done once per trace."""
-        key = (p, min_n, max_n)
+        key = (p, min_n, max_n, match)
         found = self._lookups.get(key)
         if found is None:
-            found = ngram_candidates(self.tokens[: self.prompt_len + p], MAX_DEPTH, min_n, max_n, 1)
+            found = ngram_candidates(self.tokens[: self.prompt_len + p], MAX_DEPTH, min_n, max_n, 1, match)
             self._lookups[key] = found
         return found
 

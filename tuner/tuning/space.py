@@ -1,4 +1,5 @@
-"""The search space: method, k, tree shape, n-gram window, and a batch-size split with its own config above it.
+"""The search space: method, k, tree shape, n-gram window and match order, and a batch-size split with its own config
+above it.
 
 A candidate is one config up to ``split`` (every batch size when ``split`` is None) and another above it (``off``
 allowed). Choices are fixed per study: they depend only on whether the traces carry draft ranks, their rank cap and the
@@ -10,13 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import optuna
 
-from engine.config import OFF, SpecConfig, TreeShape
+from engine.config import OFF, NgramMatch, SpecConfig, TreeShape
 from storage.schemas import Schedule, ScheduleEntry
 from tuner.replay.oracle import DRAFT_TREES, NGRAM_WINDOWS
+
+NGRAM_MATCHES: tuple[str, ...] = get_args(NgramMatch)
 
 MAX_K = 16
 NO_SPLIT = 0
@@ -84,7 +87,8 @@ class SearchSpace:
             tree = TreeShape.parse(trial.suggest_categorical(f"{segment}.tree", self.trees))
             return SpecConfig(method="draft", k=k, tree=tree)
         lo, hi = (int(n) for n in trial.suggest_categorical(f"{segment}.window", self.windows).split("-"))
-        return SpecConfig(method="ngram", k=k, min_n=lo, max_n=hi)
+        match = trial.suggest_categorical(f"{segment}.match", NGRAM_MATCHES)
+        return SpecConfig(method="ngram", k=k, min_n=lo, max_n=hi, ngram_match=match)
 
     def suggest(self, trial: optuna.Trial) -> Candidate:
         split = trial.suggest_categorical("split", self.splits) if len(self.splits) > 1 else NO_SPLIT
@@ -101,7 +105,7 @@ class SearchSpace:
         what each region is worth."""
         params: list[dict[str, Any]] = [{"low.method": "off"}]
         for method in self.methods[1:]:
-            extra = {"tree": "chain"} if method == "draft" else {"window": "1-4"}
+            extra = {"tree": "chain"} if method == "draft" else {"window": "1-4", "match": "recent"}
             low = {"low.method": method, "low.k": 4, **{f"low.{k}": v for k, v in extra.items()}}
             params.append(low)
             if len(self.splits) > 1:
