@@ -1,10 +1,13 @@
 """Batched KV cache with tree-shaped pending tokens and per-row compaction.
 
-Layout per model: ``keys[l]``/``values[l]`` are ``[batch, kv_heads, slots, head_dim]``. The first ``committed_slots``
-columns hold each row's committed tokens (left-padded; ``committed_valid`` marks real entries). Columns after them hold
-*pending* nodes appended by forwards in the current step (draft tokens, a verified tree), each attending to its row's
-committed prefix plus its pending ancestors. ``commit`` keeps, per row, the chosen pending path and drops every other
-pending entry, so memory never grows with rejected tokens and a rejected token is never attended.
+Layout per model: one preallocated slab per layer for keys and one for values, ``[batch, kv_heads, capacity,
+head_dim]``; the first ``used`` slots are filled and forwards write their new entries in place (no per-forward
+concatenation). The first ``committed_slots`` columns hold each row's committed tokens (``committed_valid`` marks real
+entries: rows are left-padded, and rows that accepted fewer tokens than their neighbours in a step leave a gap).
+Columns after them hold *pending* nodes appended by forwards in the current step (draft tokens, a verified tree), each
+attending to its row's committed prefix plus its pending ancestors. ``commit`` moves, per row, the chosen pending path
+into the committed region and drops every other pending entry, so a rejected token is never attended; gaps are
+repacked away once they exceed a fraction of the width, so memory stays proportional to the accepted tokens.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 @dataclass
@@ -53,8 +57,9 @@ class BatchKV:
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self.keys: list[torch.Tensor] | None = None
+        self.keys: list[torch.Tensor] | None = None  # slabs [batch, kv_heads, capacity, head_dim]
         self.values: list[torch.Tensor] | None = None
+        self.used = 0
         self.committed_valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=self.device)
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
         self._reset_pending()
@@ -64,6 +69,7 @@ class BatchKV:
         self.pending_valid = torch.zeros(b, 0, dtype=torch.bool, device=self.device)
         self.pending_anc = torch.zeros(b, 0, 0, dtype=torch.bool, device=self.device)  # [b, node, ancestor-or-self]
         self.pending_depth = torch.zeros(b, 0, dtype=torch.long, device=self.device)
+        self.used = self.committed_slots
 
     @property
     def batch_size(self) -> int:
@@ -76,6 +82,10 @@ class BatchKV:
     @property
     def committed_slots(self) -> int:
         return int(self.committed_valid.shape[1])
+
+    def filled(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of ``layer``'s filled slots."""
+        return self.keys[layer][:, :, : self.used], self.values[layer][:, :, : self.used]
 
     def forward(self, nodes: Nodes) -> torch.Tensor:
         """Run the model on ``nodes`` as new pending tokens; returns final hidden states ``[batch, q, hidden]``."""
@@ -102,15 +112,30 @@ class BatchKV:
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
         positions = self.lengths[:, None] + pend_depth[:, p:]
-        cache = DynamicCache() if self.keys is None else DynamicCache(ddp_cache_data=list(zip(self.keys, self.values)))
+        layers = self.model.config.get_text_config(decoder=True).num_hidden_layers
+        cache = DynamicCache()
+        cache.layers = [_SlabLayer(self, layer, q) for layer in range(layers)]
         out = self.model.get_decoder()(input_ids=nodes.tokens, attention_mask=mask[:, None], position_ids=positions,
                                        cache=cache, use_cache=True)
-        self.keys = [layer.keys for layer in cache.layers]
-        self.values = [layer.values for layer in cache.layers]
+        self.used += q
         self.pending_valid = torch.cat([self.pending_valid, valid], 1)
         self.pending_anc = anc_all
         self.pending_depth = pend_depth
         return out.last_hidden_state
+
+    def _append(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write one forward's new entries after the filled slots of ``layer``; returns the filled views including
+        them. Every layer of a forward writes at the same offset (``used`` moves on once the forward is done)."""
+        end = self.used + keys.shape[2]
+        if self.keys is None:
+            self.keys = [None] * self.model.config.get_text_config(decoder=True).num_hidden_layers
+            self.values = [None] * len(self.keys)
+        if self.keys[layer] is None or end > self.keys[layer].shape[2]:
+            self.keys[layer] = _grow(self.keys[layer], keys, self.used, end)
+            self.values[layer] = _grow(self.values[layer], values, self.used, end)
+        self.keys[layer][:, :, self.used:end] = keys
+        self.values[layer][:, :, self.used:end] = values
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.get_output_embeddings()(hidden)
@@ -122,28 +147,43 @@ class BatchKV:
             self._reset_pending()
             return
         c = self.committed_slots
-        new_lengths = self.lengths + torch.tensor([len(k) for k in keep], dtype=torch.long, device=self.device)
-        width = int(new_lengths.max()) if self.batch_size else 0
+        kept = [len(k) for k in keep]
+        width = max(kept, default=0)
+        index = torch.zeros(self.batch_size, width, dtype=torch.long, device=self.device)
+        valid = torch.zeros(self.batch_size, width, dtype=torch.bool, device=self.device)
+        for b, row in enumerate(keep):
+            if row:
+                index[b, : len(row)] = torch.tensor(row, dtype=torch.long, device=self.device)
+                valid[b, : len(row)] = True
+        if width:
+            for slabs in (self.keys, self.values):
+                for slab in slabs:
+                    idx = index[:, None, :, None].expand(-1, slab.shape[1], -1, slab.shape[3])
+                    slab[:, :, c:c + width] = slab[:, :, c:self.used].gather(2, idx)
+        self.committed_valid = torch.cat([self.committed_valid, valid], 1)
+        self.lengths = self.lengths + torch.tensor(kept, dtype=torch.long, device=self.device)
+        self._reset_pending()
+        longest = int(self.lengths.max()) if self.batch_size else 0
+        if self.committed_slots - longest > max(REPACK_MIN_GAP, longest // REPACK_FRACTION):
+            self._repack()
+
+    def _repack(self) -> None:
+        """Close the gaps rows left when they accepted fewer tokens than their neighbours: each row's committed
+        entries move, in order, to the right end of a region as wide as the longest row."""
+        width = int(self.lengths.max())
         index = torch.zeros(self.batch_size, width, dtype=torch.long, device=self.device)
         valid = torch.zeros(self.batch_size, width, dtype=torch.bool, device=self.device)
         for b in range(self.batch_size):
             slots = self.committed_valid[b].nonzero().squeeze(1)
-            if keep[b]:
-                slots = torch.cat([slots, c + torch.tensor(keep[b], dtype=torch.long, device=self.device)])
             n = slots.shape[0]
             index[b, width - n:] = slots
             valid[b, width - n:] = True
-        self._gather(index)
+        for slabs in (self.keys, self.values):
+            for layer, slab in enumerate(slabs):
+                idx = index[:, None, :, None].expand(-1, slab.shape[1], -1, slab.shape[3])
+                slabs[layer] = slab[:, :, : self.committed_slots].gather(2, idx)
         self.committed_valid = valid
-        self.lengths = new_lengths
         self._reset_pending()
-
-    def _gather(self, index: torch.Tensor) -> None:
-        b, width = index.shape
-        for layer, (k, v) in enumerate(zip(self.keys, self.values)):
-            idx = index[:, None, :, None].expand(b, k.shape[1], width, k.shape[3])
-            self.keys[layer] = k.gather(2, idx)
-            self.values[layer] = v.gather(2, idx)
 
     def select(self, rows: list[int]) -> None:
         """Keep only ``rows`` (in that order), trimming left padding no remaining row needs. Drops pending nodes."""
@@ -151,11 +191,11 @@ class BatchKV:
         valid = self.committed_valid.index_select(0, idx)
         used = valid.any(0).nonzero()
         start = int(used[0]) if used.numel() else valid.shape[1]
+        if self.keys is not None:
+            self.keys = [k.index_select(0, idx)[:, :, start:self.committed_slots] for k in self.keys]
+            self.values = [v.index_select(0, idx)[:, :, start:self.committed_slots] for v in self.values]
         self.committed_valid = valid[:, start:]
         self.lengths = self.lengths.index_select(0, idx)
-        if self.keys is not None:
-            self.keys = [k.index_select(0, idx)[:, :, start:] for k in self.keys]
-            self.values = [v.index_select(0, idx)[:, :, start:] for v in self.values]
         self._reset_pending()
 
     def prefill(self, prompts: list[list[int]]) -> None:
@@ -173,18 +213,24 @@ class BatchKV:
         if other.keys is None:
             self._pad_rows(other.batch_size)
             return
-        if self.keys is None:
-            self.keys = [k.new_zeros(self.batch_size, *k.shape[1:2], 0, k.shape[3]) for k in other.keys]
-            self.values = [v.new_zeros(self.batch_size, *v.shape[1:2], 0, v.shape[3]) for v in other.values]
+        mine_k = self._committed(self.keys, other.keys)
+        mine_v = self._committed(self.values, other.values)
+        theirs_k = [k[:, :, : other.committed_slots] for k in other.keys]
+        theirs_v = [v[:, :, : other.committed_slots] for v in other.values]
         width = max(self.committed_slots, other.committed_slots)
         mine, theirs = width - self.committed_slots, width - other.committed_slots
-        self.keys = [torch.cat([_left_pad(a, mine), _left_pad(o, theirs)], 0) for a, o in zip(self.keys, other.keys)]
-        self.values = [torch.cat([_left_pad(a, mine), _left_pad(o, theirs)], 0)
-                       for a, o in zip(self.values, other.values)]
+        self.keys = [torch.cat([_left_pad(a, mine), _left_pad(o, theirs)], 0) for a, o in zip(mine_k, theirs_k)]
+        self.values = [torch.cat([_left_pad(a, mine), _left_pad(o, theirs)], 0) for a, o in zip(mine_v, theirs_v)]
         self.committed_valid = torch.cat([torch.nn.functional.pad(self.committed_valid, (mine, 0)),
                                           torch.nn.functional.pad(other.committed_valid, (theirs, 0))], 0)
         self.lengths = torch.cat([self.lengths, other.lengths])
         self._reset_pending()
+
+    def _committed(self, slabs: list[torch.Tensor] | None, like: list[torch.Tensor]) -> list[torch.Tensor]:
+        """This cache's committed entries per layer (empty ones shaped after ``like`` when it holds none yet)."""
+        if slabs is None:
+            return [t.new_zeros(self.batch_size, t.shape[1], 0, t.shape[3]) for t in like]
+        return [t[:, :, : self.committed_slots] for t in slabs]
 
     def _pad_rows(self, n: int) -> None:
         empty = self.committed_valid.new_zeros(n, self.committed_slots)
@@ -194,6 +240,38 @@ class BatchKV:
             self.keys = [torch.cat([k, k.new_zeros(n, *k.shape[1:])]) for k in self.keys]
             self.values = [torch.cat([v, v.new_zeros(n, *v.shape[1:])]) for v in self.values]
         self._reset_pending()
+
+
+REPACK_MIN_GAP = 32  # gap slots tolerated before a repack, at least ...
+REPACK_FRACTION = 8  # ... and at most 1/8 of the longest row
+
+
+class _SlabLayer(DynamicLayer):
+    """A cache layer that writes a forward's keys and values into ``BatchKV``'s slabs instead of concatenating."""
+
+    def __init__(self, kv: BatchKV, layer: int, q: int) -> None:
+        super().__init__()
+        self.kv, self.layer = kv, layer
+        self.is_initialized = True
+        self.device = kv.device
+        if kv.keys is not None and kv.keys[layer] is not None:
+            self.keys, self.values = kv.filled(layer)
+        else:
+            self.keys = self.values = torch.zeros(kv.batch_size, 0, 0, 0, device=kv.device)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        self.keys, self.values = self.kv._append(self.layer, key_states, value_states)
+        return self.keys, self.values
+
+
+def _grow(slab: torch.Tensor | None, like: torch.Tensor, used: int, needed: int) -> torch.Tensor:
+    """A slab with room for ``needed`` slots plus headroom, holding ``slab``'s first ``used`` slots."""
+    capacity = needed + max(64, needed // 4)
+    b, heads, _, dim = like.shape
+    out = like.new_empty(b, heads, capacity, dim)
+    if slab is not None and used:
+        out[:, :, :used] = slab[:, :, :used]
+    return out
 
 
 def _left_pad(t: torch.Tensor, n: int) -> torch.Tensor:

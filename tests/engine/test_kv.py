@@ -69,3 +69,24 @@ def test_select_and_extend_keep_rows_intact(model):
     logits = kv.logits(kv.forward(Nodes.chains([[11], [12]], 0, kv.device)))
     assert torch.allclose(logits[0, 0], full_logits(model, [10, 11])[-1], atol=1e-4)
     assert torch.allclose(logits[1, 0], full_logits(model, [1, 2, 3, 12])[-1], atol=1e-4)
+
+
+def test_uneven_acceptance_leaves_bounded_gaps_and_right_logits(model):
+    # row 0 accepts 3 of 3 pending tokens every step, row 1 none: row 1 gets gaps until a repack closes them
+    kv = BatchKV(model, 0)
+    kv.prefill([[1, 2, 3], [4, 5]])
+    seqs = [[1, 2, 3], [4, 5]]
+    repacked = False
+    for step in range(30):
+        new = [[10 + step % 7, 20 + step % 5, 30 + step % 3], [40 + step % 4]]
+        kv.forward(Nodes.chains(new, 0, kv.device))
+        kv.commit([[0, 1, 2], [0]])
+        seqs[0] += new[0]
+        seqs[1] += new[1]
+        longest = int(kv.lengths.max())
+        assert kv.committed_slots - longest <= max(32, longest // 8) + 3
+        repacked |= kv.committed_slots == longest
+    assert repacked and kv.lengths.tolist() == [len(s) for s in seqs]
+    logits = kv.logits(kv.forward(Nodes.chains([[60], [61]], 0, kv.device)))
+    assert torch.allclose(logits[0, 0], full_logits(model, seqs[0] + [60])[-1], atol=1e-4)
+    assert torch.allclose(logits[1, 0], full_logits(model, seqs[1] + [61])[-1], atol=1e-4)
