@@ -7,6 +7,10 @@ is constant), and the result never drops below the smallest measured time, so a 
 That is all the "fitting" there is: the model goes exactly through every measured point and assumes nothing between
 them beyond linearity, which is what forward times on a fixed kernel set look like once the grid is dense enough.
 
+An engine step also costs time outside the forwards (choosing configs, building the tree mask, accepting, emitting,
+statistics): ``step_overhead_s`` holds it per batch size of the target grid, measured on the engine itself, and every
+step pays it whatever it speculates (linear between batch sizes, constant beyond).
+
 The model is stored as JSON together with the identity of the engine it was measured on (target, draft, dtype,
 device); a replay refuses to score traces from another target with it.
 """
@@ -142,13 +146,26 @@ class CostModel(BaseModel):
     target: ForwardGrid
     draft: ForwardGrid | None = None
     ngram_s: float = Field(default=0.0, ge=0.0, description="n-gram lookup seconds per request per step")
+    step_overhead_s: tuple[float, ...] = Field(default=(), description=(
+        "engine seconds per step outside the forwards, at each of target.batch_sizes (empty: none measured)"))
 
     @model_validator(mode="after")
     def _check_version(self) -> CostModel:
         if self.version != COST_MODEL_VERSION:
             raise ValueError(f"version: cost model version {self.version} is not supported (expected "
                              f"{COST_MODEL_VERSION})")
+        if self.step_overhead_s and len(self.step_overhead_s) != len(self.target.batch_sizes):
+            raise ValueError(f"step_overhead_s: expected one value per target batch size "
+                             f"({len(self.target.batch_sizes)}), got {len(self.step_overhead_s)}")
+        if any(s < 0 for s in self.step_overhead_s):
+            raise ValueError("step_overhead_s: must not be negative")
         return self
+
+    def overhead_s(self, batch_size: float) -> float:
+        """Seconds an engine step at ``batch_size`` spends outside its forwards."""
+        if not self.step_overhead_s:
+            return 0.0
+        return float(np.interp(batch_size, self.target.batch_sizes, self.step_overhead_s))
 
     def verify_s(self, batch_size: int, total_tokens: float, context_len: float) -> float:
         """Seconds of one target forward over ``total_tokens`` new tokens spread across ``batch_size`` requests."""

@@ -5,7 +5,10 @@ What is timed is what the engine runs each step, through the same code (``engine
 - target: a forward of ``tokens`` new chain nodes per row for ``batch`` rows whose caches hold ``context`` tokens,
   the LM head over every node, the argmax, and the commit that compacts the cache afterwards;
 - draft: the same for the draft model (one forward per drafted depth);
-- n-gram: one ``ngram_candidates`` lookup over a ``context``-token sequence.
+- n-gram: one ``ngram_candidates`` lookup over a ``context``-token sequence;
+- the step overhead: an engine step (``SpecEngine.step``, speculation off) minus the target forward step above at the
+  same batch size, in pairs timed back to back (median of the pairs' differences). It is what the engine spends
+  outside its forwards: choosing configs, building the tree mask, accepting, emitting, statistics.
 
 Timings on a shared CPU drift by 10-30% within minutes, and a grid timed point after point (all repeats of one
 point, then the next) lets that drift masquerade as cost structure: we measured a 1-token verify dearer than a
@@ -43,10 +46,13 @@ class Grid:
     context_lens: tuple[int, ...] = (128, 512)
     warmup: int = 1
     repeats: int = 5
+    overhead_pairs: int = 12  # engine step / forward step pairs per batch size
 
 
 FULL = Grid()
-QUICK = Grid(batch_sizes=(1, 2), tokens=(1, 2), draft_tokens=(1,), context_lens=(16, 32), warmup=1, repeats=1)
+QUICK = Grid(batch_sizes=(1, 2), tokens=(1, 2), draft_tokens=(1,), context_lens=(16, 32), warmup=1, repeats=1,
+             overhead_pairs=2)
+OVERHEAD_CONTEXT = 16  # prompt tokens of the overhead runs: cheap to prefill at batch 16; the overhead barely grows
 
 
 def _median_s(run: Callable[[], None], warmup: int, repeats: int) -> float:
@@ -94,6 +100,34 @@ def time_ngram(context: int, warmup: int, repeats: int) -> float:
     return _median_s(lambda: ngram_candidates(tokens, 8, 1, 4), warmup, repeats)
 
 
+def time_step_overhead(target: LoadedModel, batch_sizes: Sequence[int], grid: Grid) -> tuple[float, ...]:
+    """Per batch size, seconds an engine step spends outside the target forward (see the module docstring)."""
+    from engine.engine import Request, SpecEngine
+    from engine.sampling import SamplingParams
+
+    base = prefill(target, OVERHEAD_CONTEXT)
+    prompt = [(7 * i + 3) % target.vocab_size for i in range(OVERHEAD_CONTEXT + 1)]
+    params = SamplingParams(max_new_tokens=grid.warmup + grid.overhead_pairs + 2, ignore_eos=True)
+    out = []
+    for batch in batch_sizes:
+        engine = SpecEngine(target, max_batch=batch)
+        for row in range(batch):
+            engine.add(Request(f"overhead-{row}", prompt, params))
+        engine.step()  # admission, prefill and the first decode step
+        forward = forward_step(base, batch, 1)
+        differences = []
+        for pair in range(grid.warmup + grid.overhead_pairs):
+            start = time.perf_counter()
+            engine.step()
+            step_s = time.perf_counter() - start
+            start = time.perf_counter()
+            forward()
+            if pair >= grid.warmup:
+                differences.append(step_s - (time.perf_counter() - start))
+        out.append(max(0.0, statistics.median(differences)))
+    return tuple(out)
+
+
 def measure_grid(loaded: LoadedModel, batch_sizes: Sequence[int], tokens: Sequence[int], contexts: Sequence[int],
                  grid: Grid, tick: Callable[[], None]) -> ForwardGrid:
     """Every point timed once per round (see the module docstring); ``tick`` after each timed round of a point."""
@@ -129,6 +163,9 @@ def calibrate(target: LoadedModel, draft: LoadedModel | None, grid: Grid = FULL,
             draft_grid = measure_grid(draft, grid.batch_sizes, grid.draft_tokens, grid.context_lens, grid,
                                       lambda: bar.update(1))
     ngram_s = max(time_ngram(c, grid.warmup, max(grid.repeats, 5)) for c in grid.context_lens)
+    with torch.no_grad():
+        overhead = time_step_overhead(target, grid.batch_sizes, grid)
     identity = EngineIdentity(target=model_identity(target), draft=model_identity(draft) if draft else None,
                               dtype=target.precision, device=hardware_fingerprint(device))
-    return CostModel(engine=identity, target=target_grid, draft=draft_grid, ngram_s=ngram_s)
+    return CostModel(engine=identity, target=target_grid, draft=draft_grid, ngram_s=ngram_s,
+                     step_overhead_s=overhead)

@@ -87,6 +87,8 @@ def test_json_round_trip_keeps_the_engine_identity():
     (lambda d: d.update(version=7), "version: cost model version 7 is not supported"),
     (lambda d: d["engine"].pop("target"), "engine.target"),
     (lambda d: d.update(ngram_s=-1), "ngram_s"),
+    (lambda d: d.update(step_overhead_s=[0.01]), "step_overhead_s: expected one value per target batch size"),
+    (lambda d: d.update(step_overhead_s=[-0.01] * len(d["target"]["batch_sizes"])), "must not be negative"),
 ])
 def test_bad_files_name_the_field(change, message):
     data = json.loads(linear_cost().to_json())
@@ -99,3 +101,13 @@ def test_bad_files_name_the_field(change, message):
 def test_uniform_grid_samples_the_function():
     grid = uniform_grid((1, 2), (1,), (10, 20), lambda b, t, c: b + c / 10)
     assert grid.seconds == (((2.0, 3.0),), ((3.0, 4.0),))
+
+
+def test_step_overhead_is_linear_between_batch_sizes_and_zero_when_unmeasured():
+    cost = linear_cost()
+    assert cost.overhead_s(4) == 0.0
+    sizes = cost.target.batch_sizes
+    with_overhead = cost.model_copy(update={"step_overhead_s": tuple(0.01 * b for b in sizes)})
+    assert with_overhead.overhead_s(sizes[1]) == pytest.approx(0.01 * sizes[1])
+    assert with_overhead.overhead_s((sizes[1] + sizes[2]) / 2) == pytest.approx(0.01 * (sizes[1] + sizes[2]) / 2)
+    assert with_overhead.overhead_s(10 * sizes[-1]) == pytest.approx(0.01 * sizes[-1])  # constant beyond the grid

@@ -33,6 +33,7 @@ def test_calibrated_cost_model_is_valid_and_prices_replay(models, tmp_path):
     assert cost.target.batch_sizes == (1, 2) and cost.target.tokens == (1, 2) and cost.target.context_lens == (16, 32)
     assert cost.draft is not None and cost.draft.tokens == (1,)
     assert cost.ngram_s > 0
+    assert len(cost.step_overhead_s) == 2 and all(s >= 0 for s in cost.step_overhead_s)
     again = CostModel.from_json(cost.to_json())
     assert again == cost
     assert cost.verify_s(2, 4, 24) > 0 and cost.draft_s(2, 3, 24, "draft") > cost.draft_s(2, 1, 24, "draft")

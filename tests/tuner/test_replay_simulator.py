@@ -55,6 +55,15 @@ def test_single_request_chain_steps_and_prices():
     assert cell.config == "draft k=3 chain"
 
 
+def test_every_step_pays_the_engine_overhead():
+    trace = make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS)
+    overhead = COST.model_copy(update={"step_overhead_s": (0.05,) * len(COST.target.batch_sizes)})
+    plain = replay_cell([trace], StaticPolicy(SpecConfig(method="draft", k=3)), COST, 1, "static")
+    slower = replay_cell([trace], StaticPolicy(SpecConfig(method="draft", k=3)), overhead, 1, "static")
+    assert slower.steps == plain.steps
+    assert slower.seconds == pytest.approx(plain.seconds + 0.05 * plain.steps)
+
+
 def test_continuous_batching_and_decision_contexts():
     traces = [make_trace(range(3), prompt=PROMPT, request_id="a"), make_trace(range(5), prompt=PROMPT, request_id="b"),
               make_trace(range(1), prompt=PROMPT[:66], request_id="c")]

@@ -10,7 +10,8 @@ joins at the next step (prefill is not priced: tokens/s is decode throughput). E
 2. each request's outcome comes from ``ReplayTrace.step`` (exact for chains, static trees and n-gram);
 3. the step costs ``draft_s + verify_s``: per method in use, ``cost.draft_s`` at the deepest proposal of that method
    (the draft model's forward runs over all B rows, padded; n-gram lookups are priced per request that ran one), plus
-   ``cost.verify_s(B, sum(1 + nodes_i), max context)`` (a padded batch attends over the longest cache);
+   ``cost.verify_s(B, sum(1 + nodes_i), max context)`` (a padded batch attends over the longest cache), plus the
+   engine's per-step overhead ``cost.overhead_s(B)``;
 4. ``policy.observe(StepStats(...))`` per request, in the same order, with the step's shared times and the simulated
    clock as timestamp.
 """
@@ -140,7 +141,7 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
         draft_s = _draft_seconds(cost, batch, longest, configs, outcomes)
         batch_verify = sum(1 + out.nodes for out in outcomes)
         verify_s = cost.verify_s(batch, batch_verify, longest)
-        clock += draft_s + verify_s
+        clock += draft_s + verify_s + cost.overhead_s(batch)
         keep = []
         for r, context, out in zip(running, contexts, outcomes):
             trace = r.trace.trace
