@@ -97,12 +97,13 @@ EQUAL: list[tuple[str, HfConfig, SpecConfig]] = [
      StConfig(SpecConfig(method="draft", k=4), int8=True)),
     ("n-gram k=4 n<=2", HfConfig("lookup", 4), StConfig(SpecConfig(method="ngram", k=4, min_n=1, max_n=2))),
 ]
-HF_GRID = ([HfConfig("assisted", k) for k in (2, 4, 6)] + [HfConfig("assisted", k, int8=True) for k in (2, 3, 4)]
+HF_GRID = ([HfConfig("assisted", k) for k in (2, 4, 6)] + [HfConfig("assisted", k, int8=True) for k in (2, 3, 4, 6)]
            + [HfConfig("lookup", k) for k in (4, 8, 12)])
 ST_GRID = ([StConfig(SpecConfig(method="draft", k=k)) for k in (2, 4, 6)]
            + [StConfig(SpecConfig(method="draft", k=4, tree=TreeShape(branching=(2, 2))))]
-           + [StConfig(SpecConfig(method="draft", k=k), int8=True) for k in (2, 3, 4)]
-           + [StConfig(SpecConfig(method="ngram", k=k, min_n=1, max_n=n)) for k in (4, 8, 12) for n in (2, 3)])
+           + [StConfig(SpecConfig(method="draft", k=k), int8=True) for k in (2, 3, 4, 6)]
+           + [StConfig(SpecConfig(method="ngram", k=k, min_n=1, max_n=n)) for k in (4, 8, 12) for n in (2, 3)]
+           + [StConfig(SpecConfig(method="ngram", k=k, min_n=1, max_n=2, ngram_match="first")) for k in (8, 12)])
 
 
 @dataclass

@@ -3,10 +3,11 @@
 Acceptance is estimated online per workload (``policies.acceptance``); a config of depth k with ``nodes`` draft nodes
 emits 1 + E[a] tokens per step, so with the measured cost model
 
-    tokens/s = (1 + E[a]) / (draft_s(B, k, ctx) + verify_s(B, B * (1 + nodes), ctx))
+    tokens/s = (1 + E[a]) / (draft_s(B, k, ctx) + verify_s(B, B * (1 + nodes), ctx) + overhead_s(B))
 
-assuming, for the choice, that the batch's other requests run the same config. Off scores 1 / verify_s(B, B, ctx) and
-speculation must beat it by ``margin``, so acceptance near 0 or a steep verify curve turns speculation off (k = 0).
+assuming, for the choice, that the batch's other requests run the same config. Off scores
+1 / (verify_s(B, B, ctx) + overhead_s(B)) and speculation must beat it by ``margin``, so acceptance near 0 or a steep
+verify curve turns speculation off (k = 0).
 
 Estimates only move for what runs, so every other (method, tree) group, and speculation itself while off, is probed:
 a group's best config runs for one engine step, in one request of the batch, once ``loss / probe_budget`` engine
@@ -16,7 +17,8 @@ draft pass and extra verify tokens (a draft-model pass runs over every row of th
 request can cost the step a third of its time). Probing so costs about ``probe_budget`` of throughput per group, a
 group that looks almost as good as the choice is re-checked almost every other step, and one that would slow the
 whole batch is checked rarely. A group that has run in fewer than ``WARM_STEPS`` engine steps waits proportionally
-less, since a few steps (say, every request's first) are weak evidence.
+less, since a few steps (say, every request's first) are weak evidence. A group that never ran is not given to the
+whole batch on the prior alone: one request probes it and the rest run the best tried choice (or off).
 
 Depths never observed borrow the deepest observed estimate, which can be far too kind to a deep config (two depths
 seen at 0.99 would price k=16 at 15 accepted tokens), so candidates stop at the first k at least ``REACH`` depths
@@ -217,6 +219,12 @@ class GoodputPolicy(Policy):
             per_group.append(top)
         winner = max(per_group, key=lambda p: p.score)
         best = winner if winner.score > off.score * (1.0 + self.options.margin) else off
+        if best is not off and work.runs[best.group] == 0 and batch > 1:
+            # a group that never ran would be chosen on the prior alone: one request probes it (the probes below,
+            # from the next step on) rather than the whole batch paying a deeper verify per row on a guess
+            tried = [p for p in per_group if work.runs[p.group] > 0]
+            runner_up = max(tried, key=lambda p: p.score) if tried else off
+            best = runner_up if runner_up.score > off.score * (1.0 + self.options.margin) else off
         probes = [(p.group, p.config, max(1.0, self._probe_loss(best, p, batch, bucket) / self.options.probe_budget
                                           * min(1.0, work.runs[p.group] / WARM_STEPS)))
                   for p in per_group if p is not best]
@@ -242,11 +250,14 @@ class GoodputPolicy(Policy):
         return value
 
     def _verify(self, batch: int, bucket: int, nodes: float) -> float:
+        """Seconds of a step's verify forward with ``nodes`` draft nodes per request, plus the engine's per-step
+        overhead (every step pays it, so it favours configs that emit more tokens per step)."""
         nodes = round(nodes * 4) / 4  # quarter-token steps keep the cache small
         key = (batch, bucket, nodes)
         value = self._verify_cost.get(key)
         if value is None:
-            value = self.cost.verify_s(batch, batch * (1.0 + nodes), (bucket + 0.5) * CONTEXT_BUCKET)
+            value = self.cost.verify_s(batch, batch * (1.0 + nodes), (bucket + 0.5) * CONTEXT_BUCKET) \
+                + self.cost.overhead_s(batch)
             self._verify_cost[key] = value
         return value
 
