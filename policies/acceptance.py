@@ -20,7 +20,7 @@ MAX_DEPTH = 32
 
 
 class AcceptanceTable:
-    __slots__ = ("prior", "decay", "widths", "depth", "alpha", "seen", "fill", "fill_seen", "_effective")
+    __slots__ = ("prior", "decay", "widths", "depth", "alpha", "seen", "fill", "fill_seen", "_effective", "_deepest")
 
     def __init__(self, methods: tuple[str, ...], widths: list[int], prior: float, decay: float,
                  depth: int = MAX_DEPTH) -> None:
@@ -33,6 +33,7 @@ class AcceptanceTable:
         self.fill = 1.0  # n-gram: share of the asked depth the lookup actually proposed
         self.fill_seen = 0
         self._effective: dict[tuple[str, int], list[float]] = {}  # what ``conditional`` reads, rebuilt lazily
+        self._deepest = dict.fromkeys(methods, 0)  # deepest depth observed per method
 
     def conditional(self, method: str, width: int, depth: int) -> float:
         """alpha at ``depth`` (1-based) for nodes with ``width`` children."""
@@ -68,7 +69,7 @@ class AcceptanceTable:
 
     def observed_depth(self, method: str) -> int:
         """The deepest depth observed for ``method`` at any width (0 if none)."""
-        return max((d + 1 for w in self.widths for d, n in enumerate(self.seen[(method, w)]) if n), default=0)
+        return self._deepest.get(method, 0)
 
     def observe_walk(self, method: str, tree: TreeShape, accepted: int, window: int, stopped: bool) -> None:
         """One step: depths 1..accepted were accepted and, unless the walk ended at a stop token or at the end of
@@ -86,6 +87,7 @@ class AcceptanceTable:
         seen, alpha = self.seen[key], self.alpha[key]
         alpha[depth - 1] += self._weight(seen[depth - 1]) * (hit - alpha[depth - 1])
         seen[depth - 1] += 1
+        self._deepest[method] = max(self._deepest[method], depth)
         self._effective.clear()
 
     def observe_fill(self, fill: float) -> None:

@@ -206,17 +206,17 @@ class GoodputPolicy(Policy):
             accepted = table.accepted_by_depth(group.method, group.tree, group.max_k)
             drafting = self._draft(batch, bucket, index)
             fill = table.fill if group.method == "ngram" else 1.0
-            top: _Priced | None = None
             reach = table.observed_depth(group.method) + REACH
+            top_k, top_score, top_seconds = 0, -1.0, 0.0
             for k in group.ks:
-                nodes = group.nodes[k] * fill
-                priced = _Priced(group.configs[k], index, accepted[k], nodes, drafting[k],
-                                 drafting[k] + self._verify(batch, bucket, nodes))
-                if top is None or priced.score > top.score:
-                    top = priced
+                seconds = drafting[k] + self._verify(batch, bucket, group.nodes[k] * fill)
+                score = (1.0 + accepted[k]) / seconds
+                if score > top_score:
+                    top_k, top_score, top_seconds = k, score, seconds
                 if k >= reach:  # the first candidate at or past the reach is the deepest priced
                     break
-            per_group.append(top)
+            per_group.append(_Priced(group.configs[top_k], index, accepted[top_k], group.nodes[top_k] * fill,
+                                     drafting[top_k], top_seconds))
         winner = max(per_group, key=lambda p: p.score)
         best = winner if winner.score > off.score * (1.0 + self.options.margin) else off
         if best is not off and work.runs[best.group] == 0 and batch > 1:
