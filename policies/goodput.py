@@ -17,8 +17,7 @@ draft pass and extra verify tokens (a draft-model pass runs over every row of th
 request can cost the step a third of its time). Probing so costs about ``probe_budget`` of throughput per group, a
 group that looks almost as good as the choice is re-checked almost every other step, and one that would slow the
 whole batch is checked rarely. A group that has run in fewer than ``WARM_STEPS`` engine steps waits proportionally
-less, since a few steps (say, every request's first) are weak evidence. A group that never ran is not given to the
-whole batch on the prior alone: one request probes it and the rest run the best tried choice (or off).
+less, since a few steps (say, every request's first) are weak evidence.
 
 Depths never observed borrow the deepest observed estimate, which can be far too kind to a deep config (two depths
 seen at 0.99 would price k=16 at 15 accepted tokens), so candidates stop at the first k at least ``REACH`` depths
@@ -219,12 +218,6 @@ class GoodputPolicy(Policy):
                                      drafting[top_k], top_seconds))
         winner = max(per_group, key=lambda p: p.score)
         best = winner if winner.score > off.score * (1.0 + self.options.margin) else off
-        if best is not off and work.runs[best.group] == 0 and batch > 1:
-            # a group that never ran would be chosen on the prior alone: one request probes it (the probes below,
-            # from the next step on) rather than the whole batch paying a deeper verify per row on a guess
-            tried = [p for p in per_group if work.runs[p.group] > 0]
-            runner_up = max(tried, key=lambda p: p.score) if tried else off
-            best = runner_up if runner_up.score > off.score * (1.0 + self.options.margin) else off
         probes = [(p.group, p.config, max(1.0, self._probe_loss(best, p, batch, bucket) / self.options.probe_budget
                                           * min(1.0, work.runs[p.group] / WARM_STEPS)))
                   for p in per_group if p is not best]

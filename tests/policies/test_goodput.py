@@ -143,7 +143,6 @@ def test_a_step_is_priced_at_the_batch_longest_context():
     steep_context = CHEAP.model_copy(update={"target": uniform_grid(BATCHES, TOKENS, CONTEXTS,
                                                                     lambda b, t, c: 0.02 + 0.00002 * b * t * c)})
     policy = GoodputPolicy(steep_context, GoodputOptions(methods=("ngram",), prior=0.5))
-    policy.observe(step_stats(SpecConfig(method="ngram", k=2), 1, batch_size=4))  # n-gram has run: no cold probe
     assert policy.decide(context("a", batch_size=4, context_len=64)).speculative
     assert not policy.decide(context("b", batch_size=4, context_len=64, batch_context_len=4096)).speculative
 
@@ -156,20 +155,3 @@ def test_step_overhead_favours_tokens_per_step():
     assert not GoodputPolicy(cost, options).decide(context()).speculative
     assert GoodputPolicy(heavy, options).decide(context()).speculative
 
-
-def test_an_untried_group_is_probed_by_one_request_not_given_to_the_batch():
-    policy = GoodputPolicy(CHEAP, GoodputOptions(methods=("ngram",), prior=0.9))
-    seen = []
-    for step in (1, 2):  # the prior says n-gram pays; the first step runs off, the next one request checks it
-        configs = [policy.decide(context(f"r{b}", batch_size=16, output_len=step)) for b in range(16)]
-        for b, config in enumerate(configs):
-            policy.observe(step_stats(config, config.k, step=step, request_id=f"r{b}", batch_size=16))
-        seen.append(sum(c.speculative for c in configs))
-    assert seen == [0, 1]
-    for step in range(3, 5):  # once seen to pay, the whole batch runs it
-        configs = [policy.decide(context(f"r{b}", batch_size=16, output_len=step)) for b in range(16)]
-        for b, config in enumerate(configs):
-            policy.observe(step_stats(config, config.k, step=step, request_id=f"r{b}", batch_size=16))
-    assert all(c.speculative for c in configs)
-    single = GoodputPolicy(CHEAP, GoodputOptions(methods=("ngram",), prior=0.9))
-    assert single.decide(context(batch_size=1)).speculative  # alone, the probe is the whole batch anyway
