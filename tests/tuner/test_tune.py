@@ -253,7 +253,7 @@ def test_a_terminated_search_is_cancelled_and_resumes(tmp_path: Path) -> None:
         time.sleep(0.2)
     proc.terminate()
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "run the same command to resume" in err
+    assert proc.returncode == 130 and "run the same command to resume" in err, err[-3000:]
     done = finished_trials(optuna.load_study(study_name="long", storage=storage))
     with Database(url) as db, db.session() as s:
         assert list_runs(s, "copy")[0].status == "cancelled"

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -91,8 +92,17 @@ def tune(
     from tuner.traces import load_traces
     from tuner.tuning.study import tune as run_tune
 
-    # SIGTERM ends the search like Ctrl-C, so its tuning run is recorded as cancelled instead of left running.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # SIGTERM ends the search after the running trial, so its tuning run is recorded as cancelled instead of left
+    # running; a second one interrupts at once, like Ctrl-C. (An interrupt raised while optuna records a trial's
+    # result surfaces as optuna's own UnboundLocalError, so the first signal must not raise.)
+    stop = threading.Event()
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     with cli_errors():
         if join is not None and study is not None and join != study:
             raise UsageError("--join: names the study to join; do not also give a different --study")
@@ -116,7 +126,9 @@ def tune(
             result = run_tune(workload, trials, source=source, objective=objective, storage_url=url,
                               study_name=join or study, join=join is not None, traces=trace_list, cost=cost,
                               batch_mix=mix, engine=engine, prompts=texts, max_tokens=max_tokens,
-                              confirm_top=confirm_top, identity=identity, seed=seed, progress=progress)
+                              confirm_top=confirm_top, identity=identity, seed=seed, progress=progress, stop=stop)
+            if result.stopped:
+                raise KeyboardInterrupt
         except EngineError as exc:
             raise UsageError(f"engine: {exc}") from None
         except KeyboardInterrupt:
