@@ -57,6 +57,7 @@ class BatchKV:
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        self.num_layers = model.config.get_text_config(decoder=True).num_hidden_layers
         self.keys: list[torch.Tensor] | None = None  # slabs [batch, kv_heads, capacity, head_dim]
         self.values: list[torch.Tensor] | None = None
         self.used = 0
@@ -112,9 +113,8 @@ class BatchKV:
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
         positions = self.lengths[:, None] + pend_depth[:, p:]
-        layers = self.model.config.get_text_config(decoder=True).num_hidden_layers
         cache = DynamicCache()
-        cache.layers = [_SlabLayer(self, layer, q) for layer in range(layers)]
+        cache.layers = [_SlabLayer(self, layer) for layer in range(self.num_layers)]
         out = self.model.get_decoder()(input_ids=nodes.tokens, attention_mask=mask[:, None], position_ids=positions,
                                        cache=cache, use_cache=True)
         self.used += q
@@ -128,8 +128,8 @@ class BatchKV:
         them. Every layer of a forward writes at the same offset (``used`` moves on once the forward is done)."""
         end = self.used + keys.shape[2]
         if self.keys is None:
-            self.keys = [None] * self.model.config.get_text_config(decoder=True).num_hidden_layers
-            self.values = [None] * len(self.keys)
+            self.keys = [None] * self.num_layers
+            self.values = [None] * self.num_layers
         if self.keys[layer] is None or end > self.keys[layer].shape[2]:
             self.keys[layer] = _grow(self.keys[layer], keys, self.used, end)
             self.values[layer] = _grow(self.values[layer], values, self.used, end)
@@ -158,8 +158,7 @@ class BatchKV:
         if width:
             for slabs in (self.keys, self.values):
                 for slab in slabs:
-                    idx = index[:, None, :, None].expand(-1, slab.shape[1], -1, slab.shape[3])
-                    slab[:, :, c:c + width] = slab[:, :, c:self.used].gather(2, idx)
+                    slab[:, :, c:c + width] = _gather_slots(slab[:, :, c:self.used], index)
         self.committed_valid = torch.cat([self.committed_valid, valid], 1)
         self.lengths = self.lengths + torch.tensor(kept, dtype=torch.long, device=self.device)
         self._reset_pending()
@@ -180,8 +179,7 @@ class BatchKV:
             valid[b, width - n:] = True
         for slabs in (self.keys, self.values):
             for layer, slab in enumerate(slabs):
-                idx = index[:, None, :, None].expand(-1, slab.shape[1], -1, slab.shape[3])
-                slabs[layer] = slab[:, :, : self.committed_slots].gather(2, idx)
+                slabs[layer] = _gather_slots(slab[:, :, : self.committed_slots], index)
         self.committed_valid = valid
         self._reset_pending()
 
@@ -249,7 +247,7 @@ REPACK_FRACTION = 8  # ... and at most 1/8 of the longest row
 class _SlabLayer(DynamicLayer):
     """A cache layer that writes a forward's keys and values into ``BatchKV``'s slabs instead of concatenating."""
 
-    def __init__(self, kv: BatchKV, layer: int, q: int) -> None:
+    def __init__(self, kv: BatchKV, layer: int) -> None:
         super().__init__()
         self.kv, self.layer = kv, layer
         self.is_initialized = True
@@ -262,6 +260,11 @@ class _SlabLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         self.keys, self.values = self.kv._append(self.layer, key_states, value_states)
         return self.keys, self.values
+
+
+def _gather_slots(region: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Slots ``index[b]`` of every row b of ``region`` ([batch, heads, slots, dim]; ``index``: [batch, n])."""
+    return region.gather(2, index[:, None, :, None].expand(-1, region.shape[1], -1, region.shape[3]))
 
 
 def _grow(slab: torch.Tensor | None, like: torch.Tensor, used: int, needed: int) -> torch.Tensor:
