@@ -14,6 +14,7 @@ from engine.accept import Acceptance, accept_greedy, accept_sampled
 from engine.config import SpecConfig
 from engine.drafters.base import Drafter, DraftInput
 from engine.drafters.draft_model import DraftModelDrafter
+from engine.drafters.ngram import suffix_match_len
 from engine.drafters.ngram_drafter import NgramDrafter
 from engine.kv import BatchKV, Nodes
 from engine.models.loaded import LoadedModel
@@ -211,7 +212,8 @@ class SpecEngine:
 
     def _decide(self, r: _Running, batch: int, context: int, longest: int) -> SpecConfig:
         ctx = DecisionContext(r.request.request_id, r.request.workload, batch, context, len(r.request.prompt_ids),
-                              len(r.output), r.summary.steps, r.request.config, r.last, longest)
+                              len(r.output), r.summary.steps, r.request.config, r.last, longest,
+                              suffix_match_len(r.tokens))
         cfg = self.policy.decide(ctx).at_batch_size(batch)
         if cfg.method == "draft" and "draft" not in self.drafters:
             return SpecConfig()

@@ -31,6 +31,9 @@ class DecisionContext:
     # The longest context in the batch: every row's forward spans the padded cache, so a step costs what the longest
     # context costs. None (a lone request, or a caller that does not know) means ``context_len``.
     batch_context_len: int | None = None
+    # ``engine.drafters.ngram.suffix_match_len`` of the tokens so far (prompt + output): how long a run of the text's
+    # end already occurred earlier. Long runs predict well-accepted drafts (copying), 0 a token never seen before.
+    suffix_match: int = 0
 
     @property
     def step_context_len(self) -> int:

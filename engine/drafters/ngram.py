@@ -13,6 +13,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from engine.config import NgramMatch, TreeShape
 from engine.tree import DraftTree
 
+SUFFIX_MATCH_CAP = 16
+
 
 def ngram_candidates(tokens: Sequence[int] | np.ndarray, k: int, min_n: int, max_n: int,
                      max_candidates: int = 1, match: NgramMatch = "recent") -> list[list[int]]:
@@ -39,6 +41,25 @@ def ngram_candidates(tokens: Sequence[int] | np.ndarray, k: int, min_n: int, max
             if len(found) >= max_candidates:
                 return found
     return found
+
+
+def suffix_match_len(tokens: Sequence[int] | np.ndarray, cap: int = SUFFIX_MATCH_CAP) -> int:
+    """Length of the longest suffix of ``tokens`` (at most ``cap``) that also occurs earlier, ending before the last
+    token: 0 when the last token is new. It tells how well the text so far predicts what comes next (an n-gram
+    lookup continuing a 9-token match is accepted far more often than one continuing a 1-token match).
+
+    >>> suffix_match_len([5, 6, 7, 9, 5, 6])
+    2
+    """
+    arr = np.asarray(tokens, dtype=np.int64)
+    length = arr.shape[0]
+    ends = np.flatnonzero(arr[: length - 1] == arr[length - 1]) if length > 1 else arr[:0]
+    n = 0
+    while ends.size and n < cap:
+        n += 1
+        ends = ends[ends >= n]  # occurrences that can be extended one token further back
+        ends = ends[arr[ends - n] == arr[length - 1 - n]]
+    return n
 
 
 def ngram_tree(candidates: list[list[int]], tree: TreeShape, k: int) -> DraftTree:

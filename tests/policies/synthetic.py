@@ -41,9 +41,10 @@ def make_trace(output: Sequence[int], prompt: Sequence[int] = (1, 2, 3), max_new
 
 def context(request_id: str = "r0", workload: str = "w", batch_size: int = 1, context_len: int = 128,
             output_len: int = 0, request_step: int = 0, requested: SpecConfig = OFF,
-            last: StepStats | None = None, batch_context_len: int | None = None) -> DecisionContext:
+            last: StepStats | None = None, batch_context_len: int | None = None,
+            suffix_match: int = 0) -> DecisionContext:
     return DecisionContext(request_id, workload, batch_size, context_len, 64, output_len, request_step, requested,
-                           last, batch_context_len)
+                           last, batch_context_len, suffix_match)
 
 
 def step_stats(config: SpecConfig, accepted: int, step: int = 1, request_id: str = "r0", workload: str = "w",

@@ -35,11 +35,13 @@ class Recording:
     def __init__(self, inner: SpecPolicy) -> None:
         self.inner = inner
         self.decisions: dict[str, list[SpecConfig]] = {}
+        self.suffix_matches: dict[str, list[int]] = {}
         self.stats: dict[str, list[StepStats]] = {}
 
     def decide(self, ctx: DecisionContext) -> SpecConfig:
         config = self.inner.decide(ctx).at_batch_size(ctx.batch_size)
         self.decisions.setdefault(ctx.request_id, []).append(config)
+        self.suffix_matches.setdefault(ctx.request_id, []).append(ctx.suffix_match)
         return config
 
     def observe(self, stats: StepStats) -> None:
@@ -81,6 +83,8 @@ def compare(models, make_policy, max_batch: int) -> Recording:
     replay_policy = Recording(make_policy())
     replay_cell(traces, replay_policy, COST, max_batch, "live-check")
     assert replay_policy.decisions == live_policy.decisions
+    assert replay_policy.suffix_matches == live_policy.suffix_matches
+    assert any(m > 0 for matches in live_policy.suffix_matches.values() for m in matches)
     for rid, steps in live_policy.stats.items():
         fields = [(s.step, s.batch_size, s.context_len, s.method, s.k, s.draft_tokens, s.accepted_tokens,
                    s.accepted_per_position, s.emitted_tokens, s.verify_tokens, s.batch_verify_tokens) for s in steps]

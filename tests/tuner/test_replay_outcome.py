@@ -8,7 +8,7 @@ import random
 import pytest
 
 from engine.config import SpecConfig, TreeShape
-from engine.drafters.ngram import ngram_candidates
+from engine.drafters.ngram import ngram_candidates, suffix_match_len
 from tests.policies.synthetic import make_trace
 from tuner.replay import Outcome, ReplayError, ReplayTrace
 
@@ -123,3 +123,31 @@ def test_single_candidate_shortcut_matches_the_engine_lookup():
         true = output[p:p + k]
         assert got.accepted == next((i for i, (a, b) in enumerate(zip(proposal, true)) if a != b),
                                     min(len(proposal), len(true)))
+
+
+def _longest_earlier_suffix(tokens: list[int], cap: int) -> int:
+    """The definition, by brute force: the largest n <= cap whose last-n tokens also end somewhere before the end."""
+    best = 0
+    for n in range(1, min(cap, len(tokens) - 1) + 1):
+        suffix = tokens[-n:]
+        if any(tokens[end - n:end] == suffix for end in range(n, len(tokens))):
+            best = n
+    return best
+
+
+def test_suffix_match_is_the_longest_earlier_occurrence_of_the_text_end():
+    rng = random.Random(1)
+    assert suffix_match_len([7]) == 0 and suffix_match_len([1, 2, 3]) == 0
+    assert suffix_match_len([4, 4, 4, 4, 4], cap=16) == 4
+    assert suffix_match_len([4, 4, 4, 4, 4], cap=2) == 2
+    for _ in range(500):
+        tokens = [rng.randrange(rng.choice((2, 4, 30))) for _ in range(rng.randrange(1, 40))]
+        cap = rng.randrange(1, 12)
+        assert suffix_match_len(tokens, cap) == _longest_earlier_suffix(tokens, cap), (tokens, cap)
+
+
+def test_replay_reports_the_suffix_match_the_engine_computes():
+    prompt, output = [1, 2, 3, 9, 1, 2], [3, 9, 1, 5, 5]
+    trace = ReplayTrace(make_trace(output, prompt=prompt))
+    assert [trace.suffix_match(p) for p in range(len(output))] == \
+        [suffix_match_len(prompt + output[:p]) for p in range(len(output))] == [2, 3, 4, 5, 0]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.config import NgramMatch, SpecConfig
-from engine.drafters.ngram import max_candidates_for, ngram_candidates, ngram_tree
+from engine.drafters.ngram import max_candidates_for, ngram_candidates, ngram_tree, suffix_match_len
 from tuner.traces import Trace
 
 MAX_DEPTH = 32  # SpecConfig's largest k
@@ -48,7 +48,8 @@ NOTHING = Outcome("off", 0, 0, 0, 1)
 class ReplayTrace:
     """A trace prepared for stepping: token arrays and, per position, the run of draft argmax hits starting there."""
 
-    __slots__ = ("trace", "prompt_len", "output", "length", "tokens", "rank", "hits_from", "stop_ids", "_lookups")
+    __slots__ = ("trace", "prompt_len", "output", "length", "tokens", "rank", "hits_from", "stop_ids", "_lookups",
+                 "_suffix_matches")
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
@@ -66,6 +67,14 @@ class ReplayTrace:
                 hits[j] = run
             self.hits_from = hits
         self._lookups: dict[tuple[int, int, int], list[list[int]]] = {}
+        self._suffix_matches: dict[int, int] = {}
+
+    def suffix_match(self, p: int) -> int:
+        """``suffix_match_len`` of the tokens before output position ``p``, as the engine computes it there."""
+        found = self._suffix_matches.get(p)
+        if found is None:
+            found = self._suffix_matches[p] = suffix_match_len(self.tokens[: self.prompt_len + p])
+        return found
 
     def step(self, p: int, config: SpecConfig) -> Outcome:
         """The outcome of a step at output position ``p`` (tokens emitted so far) under ``config``."""

@@ -5,8 +5,9 @@ joins at the next step (prefill is not priced: tokens/s is decode throughput). E
 
 1. for every running request, in admission order, ``policy.decide(DecisionContext(...))`` with ``batch_size`` = the
    running requests, ``context_len`` = prompt_len + p - 1 (the tokens in its KV cache: the root, the last emitted
-   token, is not yet in it), ``output_len`` = p, ``request_step`` = its steps so far and ``last`` = its previous
-   ``StepStats``; the config then goes through ``at_batch_size`` as in the engine;
+   token, is not yet in it), ``output_len`` = p, ``request_step`` = its steps so far, ``last`` = its previous
+   ``StepStats`` and ``suffix_match`` of the true tokens so far; the config then goes through ``at_batch_size`` as
+   in the engine;
 2. each request's outcome comes from ``ReplayTrace.step`` (exact for chains, static trees and n-gram);
 3. the step costs ``draft_s + verify_s``: per method in use, ``cost.draft_s`` at the deepest proposal of that method
    (the draft model's forward runs over all B rows, padded; n-gram lookups are priced per request that ran one), plus
@@ -133,7 +134,7 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
         for r, context in zip(running, contexts):
             trace = r.trace.trace
             ctx = DecisionContext(trace.request_id, trace.workload, batch, context, r.trace.prompt_len, r.p,
-                                  r.steps, requested, r.last, longest)
+                                  r.steps, requested, r.last, longest, r.trace.suffix_match(r.p))
             config = policy.decide(ctx).at_batch_size(batch)
             configs.append(config)
             used[config.label()] += 1
