@@ -5,9 +5,19 @@ emits 1 + E[a] tokens per step, so with the measured cost model
 
     tokens/s = (1 + E[a]) / (draft_s(B, k, ctx) + verify_s(B, B * (1 + nodes), ctx) + overhead_s(B))
 
-assuming, for the choice, that the batch's other requests run the same config. Off scores
+assuming, for the batch's choice, that every request runs the same config. Off scores
 1 / (verify_s(B, B, ctx) + overhead_s(B)) and speculation must beat it by ``margin``, so acceptance near 0 or a steep
 verify curve turns speculation off (k = 0).
+
+Requests of one workload are not alike at every step: where the text's end already occurred earlier
+(``DecisionContext.suffix_match``, e.g. 9 tokens of a file being copied), a lookup's continuation is accepted far more
+often than where the last token is new (on the benchmark's code-edit traces, 9 of 16 tokens against none). So
+acceptance is also kept per suffix-match bucket (``match_buckets``: lengths 0, 1, 2-3, 4-7, 8+ by default), and each
+request then deviates from the batch's choice when that raises the batch's tokens per second: it gains its bucket's
+E[a] and pays only what it adds to the step (its verify nodes, its lookup, a deeper or extra draft-model pass; the
+other requests keep theirs). The batch's choice itself is priced with the buckets' estimates weighted by how often
+requests are in each, since the workload-wide estimate is biased once requests deviate (a draft model ends up
+observed mostly where lookups fail).
 
 Estimates only move for what runs, so every other (method, tree) group, and speculation itself while off, is probed:
 a group's best config runs for one engine step, in one request of the batch, once ``loss / probe_budget`` engine
@@ -25,12 +35,14 @@ past the deepest one observed; running them observes the next depths, and k grow
 holds up.
 
 N-gram acceptance counts lookups that found nothing (or fewer tokens than asked) as misses, so the estimate prices
-lookups that come up short; ``nodes`` of an n-gram config is scaled by the measured share proposed. Choices are cached
-per (workload, batch size, context bucket) and re-evaluated every ``refresh_every`` observations.
+lookups that come up short; ``nodes`` of an n-gram config is scaled by the measured share proposed. (A draft model
+proposes nothing only when the request's token limit left no room, which is no miss.) Choices are cached per
+(workload, batch size, context bucket[, suffix-match bucket]) and re-evaluated every ``refresh_every`` observations.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from pydantic import Field, field_validator
@@ -53,12 +65,15 @@ class GoodputOptions(PolicyOptions):
     ks: IntList = (1, 2, 3, 4, 6, 8, 12, 16)
     trees: TreeList = (CHAIN,)  # shapes tried with the draft model; n-gram candidates are chains
     min_n: int = 1
-    max_n: int = 4
+    max_n: int = 8
     prior: float = Field(default=0.6, ge=0.0, le=1.0)  # conditional acceptance assumed before any observation
     decay: float = Field(default=0.05, gt=0.0, le=1.0)  # weight of a new observation once warmed up
     probe_budget: float = Field(default=0.005, gt=0.0, le=1.0)  # throughput share spent re-checking each group
     refresh_every: int = Field(default=32, ge=1)  # observations between re-evaluations of a cached choice
     margin: float = Field(default=0.02, ge=0.0)  # speculation must beat off by this fraction
+    # Suffix-match lengths at which a separate acceptance estimate starts (``DecisionContext.suffix_match``);
+    # empty: one estimate per workload.
+    match_buckets: IntList = (1, 2, 4, 8)
     max_batch_size: int | None = None
 
     @field_validator("methods")
@@ -74,6 +89,13 @@ class GoodputOptions(PolicyOptions):
         if not ks or any(k < 1 or k > MAX_DEPTH for k in ks):
             raise ValueError(f"every k must be between 1 and {MAX_DEPTH}")
         return tuple(sorted(set(ks)))
+
+    @field_validator("match_buckets")
+    @classmethod
+    def _increasing(cls, edges: tuple[int, ...]) -> tuple[int, ...]:
+        if any(e < 1 for e in edges) or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+            raise ValueError("give strictly increasing suffix-match lengths of at least 1")
+        return edges
 
     @field_validator("trees")
     @classmethod
@@ -105,7 +127,8 @@ class _Group:
 class _Workload:
     """What the policy knows about one workload."""
 
-    __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_step", "probe_owners")
+    __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_step", "probe_owners",
+                 "matched", "mix", "deviations")
 
     def __init__(self, table: AcceptanceTable, groups: int) -> None:
         self.table = table
@@ -114,9 +137,12 @@ class _Workload:
         self.last_run = [0] * groups  # engine step each group last ran
         self.runs = [0] * groups  # engine steps each group ran in
         # (batch, context bucket) -> (epoch, best config, probes: (group, config, gap in steps))
-        self.choices: dict[tuple[int, int], tuple[int, SpecConfig, list[tuple[int, SpecConfig, float]]]] = {}
+        self.choices: dict[tuple[int, int], tuple[int, _Priced, list[tuple[int, SpecConfig, float]]]] = {}
         self.probe_step = 0  # the engine step ``probe_owners`` is for
         self.probe_owners: dict[int, str] = {}  # group -> the one request probing it in that step
+        self.matched: dict[int, AcceptanceTable] = {}  # suffix-match bucket -> its acceptance
+        self.mix: dict[int, float] = {}  # suffix-match bucket -> share of recent steps in it (an EWMA)
+        self.deviations: dict[tuple[int, int, int], tuple[int, SpecConfig]] = {}  # (batch, ctx, match) -> choice
 
 
 @dataclass(frozen=True)
@@ -149,7 +175,7 @@ class GoodputPolicy(Policy):
         self._group_of = {_shape_key(g.method, g.tree): i for i, g in enumerate(self.groups)}
         self._widths = sorted({1} | {b for t in opts.trees for b in (t.branching or ())})
         self._workloads: dict[str, _Workload] = {}
-        self._pending: dict[str, SpecConfig] = {}
+        self._pending: dict[str, tuple[SpecConfig, int | None]] = {}  # request -> (decided config, match bucket)
         self._draft_cost: dict[tuple[int, int, int], list[float]] = {}  # (batch, bucket, group) -> by depth
         self._verify_cost: dict[tuple[int, int, float], float] = {}
 
@@ -160,8 +186,11 @@ class GoodputPolicy(Policy):
     # -- deciding ---------------------------------------------------------------------------------------------------
     def decide(self, ctx: DecisionContext) -> SpecConfig:
         config = super().decide(ctx)
-        remember(self._pending, ctx.request_id, config)
+        remember(self._pending, ctx.request_id, (config, self._match_bucket(ctx)))
         return config
+
+    def _match_bucket(self, ctx: DecisionContext) -> int | None:
+        return bisect_right(self.options.match_buckets, ctx.suffix_match) if self.options.match_buckets else None
 
     def choose(self, ctx: DecisionContext) -> SpecConfig:
         work = self._workload(ctx.workload)
@@ -181,7 +210,14 @@ class GoodputPolicy(Policy):
                     work.probe_step, work.probe_owners = work.step, {}
                 if work.probe_owners.setdefault(group, ctx.request_id) == ctx.request_id:
                     return config
-        return best
+        match = self._match_bucket(ctx)
+        if match is None:
+            return best.config
+        deviation = work.deviations.get((batch, bucket, match))
+        if deviation is None or deviation[0] != epoch:
+            deviation = (epoch, self._deviate(work, self._matched(work, match), best, batch, bucket))
+            work.deviations[(batch, bucket, match)] = deviation
+        return deviation[1]
 
     def expected_tokens_per_s(self, workload: str, config: SpecConfig, batch_size: int, context_len: int) -> float:
         """The score ``choose`` ranks configs by (tokens per second of one request at this batch size)."""
@@ -196,16 +232,14 @@ class GoodputPolicy(Policy):
         return (1.0 + accepted) / seconds
 
     def _evaluate(self, work: _Workload, batch: int,
-                  bucket: int) -> tuple[SpecConfig, list[tuple[int, SpecConfig, float]]]:
-        """The best config, and each other group's best config with the steps to wait between its probes."""
-        table = work.table
+                  bucket: int) -> tuple[_Priced, list[tuple[int, SpecConfig, float]]]:
+        """The best config for the whole batch, and each other group's best config with the steps to wait between
+        its probes."""
         off = _Priced(self.off, -1, 0.0, 0.0, 0.0, self._verify(batch, bucket, 0.0))
         per_group: list[_Priced] = []
         for index, group in enumerate(self.groups):
-            accepted = table.accepted_by_depth(group.method, group.tree, group.max_k)
+            accepted, fill, reach = self._batch_acceptance(work, group)
             drafting = self._draft(batch, bucket, index)
-            fill = table.fill if group.method == "ngram" else 1.0
-            reach = table.observed_depth(group.method) + REACH
             top_k, top_score, top_seconds = 0, -1.0, 0.0
             for k in group.ks:
                 seconds = drafting[k] + self._verify(batch, bucket, group.nodes[k] * fill)
@@ -221,7 +255,61 @@ class GoodputPolicy(Policy):
         probes = [(p.group, p.config, max(1.0, self._probe_loss(best, p, batch, bucket) / self.options.probe_budget
                                           * min(1.0, work.runs[p.group] / WARM_STEPS)))
                   for p in per_group if p is not best]
-        return best.config, probes
+        return best, probes
+
+    def _batch_acceptance(self, work: _Workload, group: _Group) -> tuple[list[float], float, int]:
+        """E[a] by depth, the n-gram fill (1 for a draft model) and the depth reach of ``group`` for a typical
+        request of the workload: the suffix-match buckets' estimates weighted by how often requests are in each.
+        (The workload's own table is biased once requests deviate by bucket: a draft model would be observed mostly
+        where lookups fail.) Without buckets, the workload's table."""
+        if not work.matched:
+            table = work.table
+            fill = table.fill if group.method == "ngram" else 1.0
+            return (table.accepted_by_depth(group.method, group.tree, group.max_k), fill,
+                    table.observed_depth(group.method) + REACH)
+        accepted, fill, deepest = [0.0] * (group.max_k + 1), 0.0, work.table.observed_depth(group.method)
+        total = sum(work.mix.get(m, 0.0) for m in work.matched)
+        for match, table in work.matched.items():
+            weight = work.mix.get(match, 0.0) / total if total > 0 else 1.0 / len(work.matched)
+            for k, a in enumerate(table.accepted_by_depth(group.method, group.tree, group.max_k)):
+                accepted[k] += weight * a
+            fill += weight * (table.fill if group.method == "ngram" else 1.0)
+            deepest = max(deepest, table.observed_depth(group.method))
+        return accepted, fill, deepest + REACH
+
+    def _deviate(self, work: _Workload, table: AcceptanceTable, batch_best: _Priced, batch: int,
+                 bucket: int) -> SpecConfig:
+        """The config for one request whose suffix-match bucket has acceptance ``table``, when the rest of the batch
+        runs ``batch_best``: the one maximising the batch's tokens per second. The others keep their draft pass (at
+        batch 1 there are none), so this request pays only what it adds: a deeper or extra draft-model pass, its
+        n-gram lookup, its verify nodes."""
+        others_tokens = (batch - 1) * (1.0 + batch_best.accepted)
+        others_draft_s = batch_best.draft_s if batch > 1 else 0.0
+        best_method = batch_best.config.method if batch_best.config.speculative else "off"
+
+        def rate(accepted: float, draft_s: float, nodes: float) -> float:
+            verify_s = self._verify(batch, bucket, batch_best.nodes + (nodes - batch_best.nodes) / batch)
+            return (others_tokens + 1.0 + accepted) / (draft_s + verify_s)
+
+        choice, top = self.off, rate(0.0, others_draft_s, 0.0)
+        for index, group in enumerate(self.groups):
+            accepted = table.accepted_by_depth(group.method, group.tree, group.max_k)
+            drafting = self._draft(batch, bucket, index)
+            fill = table.fill if group.method == "ngram" else 1.0
+            reach = max(table.observed_depth(group.method), work.table.observed_depth(group.method)) + REACH
+            for k in group.ks:
+                if group.method == "ngram":
+                    draft_s = others_draft_s + self.cost.ngram_s
+                elif best_method == "draft":
+                    draft_s = max(others_draft_s, drafting[k])
+                else:
+                    draft_s = others_draft_s + drafting[k]
+                score = rate(accepted[k], draft_s, group.nodes[k] * fill)
+                if score > top * (1.0 + (self.options.margin / batch if choice is self.off else 0.0)):
+                    choice, top = group.configs[k], score
+                if k >= reach:
+                    break
+        return choice
 
     def _probe_loss(self, best: _Priced, probe: _Priced, batch: int, bucket: int) -> float:
         """Share of the batch's throughput lost in a step where one request runs ``probe`` and the rest ``best``."""
@@ -245,11 +333,11 @@ class GoodputPolicy(Policy):
     def _verify(self, batch: int, bucket: int, nodes: float) -> float:
         """Seconds of a step's verify forward with ``nodes`` draft nodes per request, plus the engine's per-step
         overhead (every step pays it, so it favours configs that emit more tokens per step)."""
-        nodes = round(nodes * 4) / 4  # quarter-token steps keep the cache small
-        key = (batch, bucket, nodes)
+        total = round(batch * nodes * 4) / 4  # the batch's nodes in quarter tokens keep the cache small
+        key = (batch, bucket, total)
         value = self._verify_cost.get(key)
         if value is None:
-            value = self.cost.verify_s(batch, batch * (1.0 + nodes), (bucket + 0.5) * CONTEXT_BUCKET) \
+            value = self.cost.verify_s(batch, batch + total, (bucket + 0.5) * CONTEXT_BUCKET) \
                 + self.cost.overhead_s(batch)
             self._verify_cost[key] = value
         return value
@@ -257,37 +345,52 @@ class GoodputPolicy(Policy):
     # -- observing --------------------------------------------------------------------------------------------------
     def overridden(self, request_id: str, config: SpecConfig) -> None:
         if request_id in self._pending:
-            self._pending[request_id] = config
+            self._pending[request_id] = (config, self._pending[request_id][1])
 
     def observe(self, stats: StepStats) -> None:
-        decided = self._pending.pop(stats.request_id, None)
+        decided, match = self._pending.pop(stats.request_id, (None, None))
         work = self._workload(stats.workload)
         work.observations += 1
         work.step = max(work.step, stats.step)
-        table = work.table
+        if match is not None:
+            weight = max(self.options.decay, 1.0 / work.observations)
+            for m in set(work.mix) | {match}:
+                work.mix[m] = work.mix.get(m, 0.0) + weight * ((m == match) - work.mix.get(m, 0.0))
+        ran = self._fold(work.table, stats, decided)
+        if ran is None:
+            return
+        self._ran(work, *ran, stats.step)
+        if match is not None:
+            self._fold(self._matched(work, match), stats, decided)
+
+    def _fold(self, table: AcceptanceTable, stats: StepStats,
+              decided: SpecConfig | None) -> tuple[str, TreeShape] | None:
+        """Fold one step into ``table``; the (method, tree) it ran, or None if it tells nothing about a group."""
         if stats.draft_tokens <= 0:
             # The engine reports a step whose drafter proposed nothing as "off"; only the decision tells them apart.
+            # Only a lookup finds nothing: a draft model always proposes unless the request's last token left no
+            # room to, which says nothing about acceptance.
             asked = stats.method if stats.method != "off" else (decided.method if decided is not None else "off")
-            if asked in self.options.methods:
-                tree = decided.tree if decided is not None and decided.method == asked else CHAIN
-                table.update(asked, tree.branching_at(1), 1, 0.0)  # asked to speculate, proposed nothing: a miss
-                if asked == "ngram":
-                    table.observe_fill(0.0)
-                self._ran(work, asked, tree, stats.step)
-            return
+            if asked != "ngram" or asked not in self.options.methods:
+                return None
+            tree = decided.tree if decided is not None and decided.method == asked else CHAIN
+            table.update(asked, tree.branching_at(1), 1, 0.0)  # asked to speculate, proposed nothing: a miss
+            if asked == "ngram":
+                table.observe_fill(0.0)
+            return asked, tree
         method = stats.method
         if method not in self.options.methods:
-            return
+            return None
         tree = self._tree_of(stats, decided)
         if tree is None:
-            return
-        self._ran(work, method, tree, stats.step)
+            return None
         window = stats.k
         if method == "ngram" and decided is not None and decided.method == "ngram":
             window = decided.k  # a lookup that came up short missed the depths it did not propose
             table.observe_fill(stats.draft_tokens / max(window, 1))
         stopped = stats.emitted_tokens == stats.accepted_tokens  # an accepted stop token ends the walk
         table.observe_walk(method, tree, stats.accepted_tokens, window, stopped)
+        return method, tree
 
     def _ran(self, work: _Workload, method: str, tree: TreeShape, step: int) -> None:
         group = self._group_of.get(_shape_key(method, tree))
@@ -308,11 +411,21 @@ class GoodputPolicy(Policy):
     def _workload(self, workload: str) -> _Workload:
         work = self._workloads.get(workload)
         if work is None:
-            table = AcceptanceTable(self.options.methods, self._widths, self.options.prior, self.options.decay,
-                                    depth=max(self.options.ks))
-            work = _Workload(table, len(self.groups))
+            work = _Workload(self._table(), len(self.groups))
             self._workloads[workload] = work
         return work
+
+    def _table(self) -> AcceptanceTable:
+        return AcceptanceTable(self.options.methods, self._widths, self.options.prior, self.options.decay,
+                               depth=max(self.options.ks))
+
+    def _matched(self, work: _Workload, match: int) -> AcceptanceTable:
+        """The acceptance table of one suffix-match bucket of a workload."""
+        table = work.matched.get(match)
+        if table is None:
+            table = self._table()
+            work.matched[match] = table
+        return table
 
     def acceptance(self, workload: str, method: str, width: int = 1) -> list[float]:
         """Conditional acceptance now assumed at depths 1..max(ks) (for inspection and tests)."""

@@ -155,3 +155,32 @@ def test_step_overhead_favours_tokens_per_step():
     assert not GoodputPolicy(cost, options).decide(context()).speculative
     assert GoodputPolicy(heavy, options).decide(context()).speculative
 
+
+
+def test_a_request_continuing_a_long_match_copies_while_one_writing_new_text_does_not():
+    """One workload, two kinds of position: where the text's end already occurred 9 tokens long, a lookup's
+    continuation is always right; where the last token is new, the lookup finds nothing and the draft model is always
+    wrong. Per suffix-match bucket the policy copies deep in the first and stays off in the second; pooled into one
+    estimate, neither would be clear."""
+    policy = GoodputPolicy(CHEAP, GoodputOptions(ks=(1, 2, 4, 8)))
+    copying, fresh = [], []
+    for step in range(1, 301):
+        configs = [policy.decide(context("copy", batch_size=2, output_len=step, suffix_match=9)),
+                   policy.decide(context("new", batch_size=2, output_len=step, suffix_match=0))]
+        copy_accepts = configs[0].k if configs[0].method == "ngram" else 0
+        policy.observe(step_stats(configs[0], copy_accepts, step=step, request_id="copy", batch_size=2))
+        policy.observe(step_stats(configs[1], 0, step=step, request_id="new", batch_size=2,
+                                  proposed=0 if configs[1].method == "ngram" else None))
+        copying.append(configs[0])
+        fresh.append(configs[1])
+    assert sum(c.method == "ngram" and c.k == 8 for c in copying[-100:]) >= 90
+    assert sum(not c.speculative for c in fresh[-100:]) >= 90
+
+
+def test_a_draft_step_capped_to_nothing_by_the_token_limit_is_not_a_miss():
+    policy = GoodputPolicy(CHEAP, GoodputOptions(methods=("draft",)))
+    before = policy.acceptance("w", "draft")[0]
+    config = policy.decide(context())
+    assert config.method == "draft"
+    policy.observe(step_stats(config, 0, proposed=0))  # one token left: the engine drafted nothing, reports off
+    assert policy.acceptance("w", "draft")[0] == before
