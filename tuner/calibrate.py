@@ -93,6 +93,18 @@ def time_forward(base: BatchKV, batch: int, tokens: int, warmup: int, repeats: i
     return _median_s(forward_step(base, batch, tokens), warmup, repeats)
 
 
+def host_slowdown(target: LoadedModel, cost: CostModel, batch: int, repeats: int = 3) -> float:
+    """How much slower the target's one-token forward step at ``batch`` runs now than ``cost`` says: the median, over
+    the cost grid's context lengths, of measured / modelled seconds (> 1: the host is slower than when it was
+    calibrated). A shared CPU's speed drifts by 10-30% within an hour, so comparing a replay's prediction with a live
+    run needs this factor measured around the live run."""
+    ratios = []
+    for context in cost.target.context_lens:
+        measured = time_forward(prefill(target, int(context)), batch, 1, 1, repeats)
+        ratios.append(measured / cost.target(batch, 1, context))
+    return statistics.median(ratios)
+
+
 def time_ngram(context: int, warmup: int, repeats: int) -> float:
     """Median seconds of one n-gram lookup (default window, k=8) over a ``context``-token sequence."""
     rng = np.random.default_rng(0)

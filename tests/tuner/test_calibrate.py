@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from policies.cost_model import CostModel
 from tests.engine.tiny import tiny_model
-from tuner.calibrate import QUICK, calibrate, prefill, time_forward
+from tuner.calibrate import QUICK, calibrate, host_slowdown, prefill, time_forward
 from tuner.cli import app
 from tuner.record import record
 from tuner.replay import replay_all
@@ -87,3 +87,16 @@ def test_calibrate_cli_errors(tiny_dir, tmp_path, args, message):
     assert result.exit_code == 2, result.output
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and message in last
+
+
+def test_host_slowdown_compares_the_forward_now_with_the_cost_model(models):
+    target, draft = models
+    cost = calibrate(target, draft, QUICK)
+
+    def scaled(factor: float) -> CostModel:
+        seconds = tuple(tuple(tuple(s * factor for s in col) for col in row) for row in cost.target.seconds)
+        return cost.model_copy(update={"target": cost.target.model_copy(update={"seconds": seconds})})
+
+    # a model claiming forwards 1000x slower than this host runs them finds the host far faster, and vice versa
+    assert host_slowdown(target, scaled(1000.0), 2) < 0.01
+    assert host_slowdown(target, scaled(0.001), 2) > 100
