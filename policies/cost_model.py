@@ -171,16 +171,19 @@ class CostModel(BaseModel):
         """Seconds of one target forward over ``total_tokens`` new tokens spread across ``batch_size`` requests."""
         return self.target(batch_size, total_tokens / batch_size, context_len)
 
-    def draft_s(self, batch_size: int, k: int, context_len: float, method: str, tree: TreeShape | None = None) -> float:
+    def draft_s(self, batch_size: int, k: int, context_len: float, method: str, tree: TreeShape | None = None,
+                catch_up: int = 1) -> float:
         """Seconds to propose depth-``k`` drafts for ``batch_size`` requests with ``method``.
 
-        ``draft``: one draft forward per depth; forward ``d`` feeds each request the nodes of depth ``d - 1`` (1 for
-        the root, so a chain costs ``k`` one-token forwards). ``ngram``: a measured constant per request. ``off``: 0.
+        ``draft``: one draft forward per depth; forward ``d`` feeds each request the nodes of depth ``d - 1``, and the
+        first feeds the tokens the draft's cache has not seen yet, ``catch_up`` at most per request (1, the root, for
+        a request that drafted last step; more after steps with another method), so a chain costs ``k`` one-token
+        forwards when every request drafted last step. ``ngram``: a measured constant per request. ``off``: 0.
         """
-        return self.draft_s_by_depth(batch_size, k, context_len, method, tree)[-1] if k > 0 else 0.0
+        return self.draft_s_by_depth(batch_size, k, context_len, method, tree, catch_up)[-1] if k > 0 else 0.0
 
     def draft_s_by_depth(self, batch_size: int, k: int, context_len: float, method: str,
-                         tree: TreeShape | None = None) -> list[float]:
+                         tree: TreeShape | None = None, catch_up: int = 1) -> list[float]:
         """``draft_s`` for every depth 0..k at once (what a policy comparing depths needs)."""
         if method == "off" or k <= 0 or batch_size <= 0:
             return [0.0] * (max(k, 0) + 1)
@@ -191,11 +194,11 @@ class CostModel(BaseModel):
         if self.draft is None:
             raise ValueError("cost model has no draft-model grid (calibrate with --draft to price method=draft)")
         shape = tree or TreeShape()
-        out, total, width = [0.0], 0.0, 1
+        out, total, nodes = [0.0], 0.0, 1  # nodes: the tree's nodes at the depth fed next
         for depth in range(1, k + 1):
-            total += self.draft(batch_size, width, context_len)
+            total += self.draft(batch_size, max(catch_up, 1) if depth == 1 else nodes, context_len)
             out.append(total)
-            width *= shape.branching_at(depth)
+            nodes *= shape.branching_at(depth)
         return out
 
     @classmethod

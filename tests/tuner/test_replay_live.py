@@ -12,6 +12,7 @@ from engine.models.loaded import LoadedModel
 from engine.policy import DecisionContext, SpecPolicy
 from engine.sampling import SamplingParams
 from engine.stats import StepStats
+from policies.cost_model import CostModel
 from policies.registry import build_policy
 from policies.static import StaticPolicy
 from tests.engine.tiny import tiny_model
@@ -110,3 +111,46 @@ def test_static_config_replays_the_live_run_exactly(models, config):
 def test_policy_decides_the_same_live_and_in_replay(models, spec):
     recorded = compare(models, lambda: build_policy(spec, COST), max_batch=2)
     assert len({c for configs in recorded.decisions.values() for c in configs}) > 1  # it did adapt
+
+
+class Alternating:
+    """Drafts with the model every third step of a request and looks up n-grams otherwise, so the draft model's cache
+    falls behind by whatever the lookups emitted."""
+
+    def decide(self, ctx: DecisionContext) -> SpecConfig:
+        return SpecConfig(method="draft" if ctx.request_step % 3 == 0 else "ngram", k=3, min_n=1, max_n=2)
+
+    def observe(self, stats: StepStats) -> None:
+        return None
+
+
+class CatchUpLog(CostModel):
+    """A cost model that logs the catch-up of every draft-model pass the replay prices."""
+
+    def draft_s(self, batch_size, k, context_len, method, tree=None, catch_up=1) -> float:
+        if method == "draft":
+            PRICED_CATCH_UP.append(catch_up)
+        return super().draft_s(batch_size, k, context_len, method, tree, catch_up)
+
+
+PRICED_CATCH_UP: list[int] = []
+
+
+def test_replay_prices_the_catch_up_the_engine_feeds_its_draft_model(models):
+    target, draft = models
+    engine = SpecEngine(target, draft, policy=Alternating(), max_batch=2)
+    drafter = engine.drafters["draft"]
+    propose, fed = drafter.propose, []
+
+    def logged(inputs):
+        lengths = drafter.kv.lengths.tolist()
+        fed.append(max(len(job.tokens) - lengths[job.row] for job in inputs))
+        return propose(inputs)
+
+    drafter.propose = logged
+    done = engine.run([Request(str(i), p, SamplingParams(max_new_tokens=NEW_TOKENS)) for i, p in enumerate(PROMPTS)])
+    traces = record_traces(models, {rid: tokens for rid, (tokens, _) in done.items()})
+    PRICED_CATCH_UP.clear()
+    replay_cell(traces, Alternating(), CatchUpLog(**COST.model_dump()), 2, "catch-up")
+    assert PRICED_CATCH_UP == fed
+    assert max(fed) > 1  # the lookups' tokens were fed to the draft model later

@@ -46,7 +46,11 @@ def test_single_request_chain_steps_and_prices():
     cell = replay_cell([trace], policy, COST, 1, "static")
     # depths 3, 3, 2, 1 at p = 0, 3, 7, 8 (see test_replay_outcome); context = 70 + p - 1
     expected = [(3, 2, 69), (3, 3, 72), (2, 0, 76), (1, 1, 77)]
-    seconds = sum(depth * draft_forward(1, 1, ctx) + verify(1, 1 + depth, ctx) for depth, _, ctx in expected)
+    # the draft's first forward feeds what its cache lacks: the root, plus the deepest accepted node (never fed to
+    # the draft) after the fully accepted second step
+    catch_up = [1, 1, 2, 1]
+    seconds = sum(draft_forward(1, fed, ctx) + (depth - 1) * draft_forward(1, 1, ctx) + verify(1, 1 + depth, ctx)
+                  for (depth, _, ctx), fed in zip(expected, catch_up))
     assert [(s.k, s.accepted_tokens, s.context_len) for s in policy.stats] == expected
     assert cell.steps == 4 and cell.emitted_tokens == 10 and cell.accepted_tokens == 6 and cell.drafts == 4
     assert cell.seconds == pytest.approx(seconds)
@@ -102,9 +106,10 @@ def test_mixed_methods_share_the_step():
     replay_cell(traces, policy, COST, 2, "mixed")
     d, n = policy.stats[:2]
     assert n.method == "off" and n.draft_tokens == 0  # the lookup finds nothing in these tokens
-    # the draft model drafts for the whole (padded) batch; the n-gram lookup is priced per request that ran one
+    # the draft model drafts for the whole (padded) batch; the n-gram lookup is priced per request that ran one; the
+    # verify forward is padded to the widest row (1 + 2 nodes)
     assert d.draft_s == pytest.approx(2 * draft_forward(2, 1, 69) + 2e-5)
-    assert d.verify_s == pytest.approx(verify(2, 3 + 1, 69))
+    assert d.verify_s == pytest.approx(verify(2, 2 * 3, 69))
     assert d.draft_s == n.draft_s and d.verify_s == n.verify_s
 
 

@@ -10,8 +10,11 @@ joins at the next step (prefill is not priced: tokens/s is decode throughput). E
    in the engine;
 2. each request's outcome comes from ``ReplayTrace.step`` (exact for chains, static trees and n-gram);
 3. the step costs ``draft_s + verify_s``: per method in use, ``cost.draft_s`` at the deepest proposal of that method
-   (the draft model's forward runs over all B rows, padded; n-gram lookups are priced per request that ran one), plus
-   ``cost.verify_s(B, sum(1 + nodes_i), max context)`` (a padded batch attends over the longest cache), plus the
+   (the draft model's forward runs over all B rows, padded, and its first forward feeds each drafting row the tokens
+   its cache has not seen: 1 after a draft step, more after steps with another method; n-gram lookups are priced per
+   request that ran one), plus
+   ``cost.verify_s(B, B * max(1 + nodes_i), max context)`` (the batch is padded to its widest row and attends over
+   the longest cache), plus the
    engine's per-step overhead ``cost.overhead_s(B)``;
 4. ``policy.observe(StepStats(...))`` per request, in the same order, with the step's shared times and the simulated
    clock as timestamp.
@@ -56,13 +59,14 @@ class CellResult:
 
 
 class _Running:
-    __slots__ = ("trace", "p", "steps", "last")
+    __slots__ = ("trace", "p", "steps", "last", "drafted_to")
 
     def __init__(self, trace: ReplayTrace) -> None:
         self.trace = trace
         self.p = 0
         self.steps = 0
         self.last: StepStats | None = None
+        self.drafted_to = trace.prompt_len - 1  # tokens in the draft model's cache (admission prefills all but one)
 
 
 def check_identity(traces: Iterable[Trace], cost: CostModel) -> None:
@@ -88,16 +92,18 @@ def summarize_configs(configs: Counter[str]) -> str:
     return text + (f", +{len(configs) - 3} more" if len(configs) > 3 else "")
 
 
-def _draft_seconds(cost: CostModel, batch: int, context: int, configs: list[SpecConfig],
+def _draft_seconds(cost: CostModel, batch: int, context: int, running: list[_Running], configs: list[SpecConfig],
                    outcomes: list[Outcome]) -> float:
     """Drafting time of one step: the draft model drafts the batch's deepest (and widest) proposal for all rows at
-    once; each n-gram lookup is priced on its own."""
+    once, its first forward feeding each drafting row the tokens its cache has not seen; each n-gram lookup is
+    priced on its own."""
     total = 0.0
-    drafted = [(cfg, out) for cfg, out in zip(configs, outcomes) if cfg.method == "draft" and out.asked]
+    drafted = [(r, cfg, out) for r, cfg, out in zip(running, configs, outcomes) if cfg.method == "draft" and out.asked]
     if drafted:
-        deepest = max(out.depth for _, out in drafted)
-        widest = max(drafted, key=lambda pair: pair[1].nodes)[0].tree
-        total += cost.draft_s(batch, deepest, context, "draft", widest)
+        deepest = max(out.depth for _, _, out in drafted)
+        widest = max(drafted, key=lambda row: row[2].nodes)[1].tree
+        catch_up = max(r.trace.prompt_len + r.p - r.drafted_to for r, _, _ in drafted)
+        total += cost.draft_s(batch, deepest, context, "draft", widest, catch_up)
     lookups = sum(1 for cfg, out in zip(configs, outcomes) if cfg.method == "ngram" and out.asked)
     if lookups:
         total += cost.draft_s(lookups, 1, context, "ngram")
@@ -139,18 +145,21 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
             configs.append(config)
             used[config.label()] += 1
         outcomes = [r.trace.step(r.p, config) for r, config in zip(running, configs)]
-        draft_s = _draft_seconds(cost, batch, longest, configs, outcomes)
+        draft_s = _draft_seconds(cost, batch, longest, running, configs, outcomes)
         batch_verify = sum(1 + out.nodes for out in outcomes)
-        verify_s = cost.verify_s(batch, batch_verify, longest)
+        verify_s = cost.verify_s(batch, batch * max(1 + out.nodes for out in outcomes), longest)
         clock += draft_s + verify_s + cost.overhead_s(batch)
         keep = []
-        for r, context, out in zip(running, contexts, outcomes):
+        for r, context, config, out in zip(running, contexts, configs, outcomes):
             trace = r.trace.trace
             hits = tuple(1 if d < out.accepted else 0 for d in range(out.depth))
             stats = StepStats(step, trace.request_id, trace.workload, batch, context, out.method, out.depth,
                               out.nodes, out.accepted, hits, out.emitted, 1 + out.nodes, batch_verify, draft_s,
                               verify_s, clock)
             policy.observe(stats)
+            if config.method == "draft" and out.asked:
+                # the draft's cache now holds the tokens so far and the accepted nodes it was fed (all but the deepest)
+                r.drafted_to = r.trace.prompt_len + r.p + min(out.accepted, out.depth - 1)
             r.p += out.emitted
             r.steps += 1
             r.last = stats
