@@ -5,7 +5,9 @@ emits 1 + E[a] tokens per step, so with the measured cost model
 
     tokens/s = (1 + E[a]) / (draft_s(B, k, ctx) + verify_s(B, B * (1 + nodes), ctx) + overhead_s(B))
 
-assuming, for the batch's choice, that every request runs the same config. Off scores
+assuming, for the batch's choice, that every request runs the same config. The engine pads a step's verify forward to
+its widest row, so ``nodes`` is the widest row's: k for a draft model, and for a lookup k times the chance that at
+least one of the B lookups proposes in full. Off scores
 1 / (verify_s(B, B, ctx) + overhead_s(B)) and speculation must beat it by ``margin``, so acceptance near 0 or a steep
 verify curve turns speculation off (k = 0).
 
@@ -14,8 +16,12 @@ Requests of one workload are not alike at every step: where the text's end alrea
 often than where the last token is new (on the benchmark's code-edit traces, 9 of 16 tokens against none). So
 acceptance is also kept per suffix-match bucket (``match_buckets``: lengths 0, 1, 2-3, 4-7, 8+ by default), and each
 request then deviates from the batch's choice when that raises the batch's tokens per second: it gains its bucket's
-E[a] and pays only what it adds to the step (its verify nodes, its lookup, a deeper or extra draft-model pass; the
-other requests keep theirs). The batch's choice itself is priced with the buckets' estimates weighted by how often
+E[a] and pays only what it adds to the step (a wider verify than the batch's, its lookup, a deeper or extra
+draft-model pass, and the tokens its draft cache lacks after steps without the draft model, which the pass's first
+forward feeds, padded across the batch; the other requests keep theirs). Draft probes pay that catch-up too, so they
+wait longer on a request that has not drafted for a while and go to one whose cache is current.
+
+The batch's choice itself is priced with the buckets' estimates weighted by how often
 requests are in each, since the workload-wide estimate is biased once requests deviate (a draft model ends up
 observed mostly where lookups fail).
 
@@ -105,6 +111,13 @@ class GoodputOptions(PolicyOptions):
         return trees
 
 
+def _widest(fill: float, batch: int) -> float:
+    """Expected share of k in the batch's widest n-gram proposal when each request's lookup proposes in full with
+    probability ``fill``: the verify forward is padded to the widest row, so at batch B the width is k unless all B
+    lookups came up short."""
+    return 1.0 - (1.0 - fill) ** batch
+
+
 def _shape_key(method: str, tree: TreeShape) -> tuple[str, tuple[int, ...] | None]:
     return method, None if tree.is_chain else tree.branching
 
@@ -142,7 +155,17 @@ class _Workload:
         self.probe_owners: dict[int, str] = {}  # group -> the one request probing it in that step
         self.matched: dict[int, AcceptanceTable] = {}  # suffix-match bucket -> its acceptance
         self.mix: dict[int, float] = {}  # suffix-match bucket -> share of recent steps in it (an EWMA)
-        self.deviations: dict[tuple[int, int, int], tuple[int, SpecConfig]] = {}  # (batch, ctx, match) -> choice
+        # (batch, context bucket, match bucket, catch-up) -> (epoch, config)
+        self.deviations: dict[tuple[int, int, int, int], tuple[int, SpecConfig]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """What ``decide`` told a request, kept for the ``observe`` of its step."""
+
+    config: SpecConfig
+    match: int | None  # suffix-match bucket
+    output_len: int
 
 
 @dataclass(frozen=True)
@@ -175,7 +198,9 @@ class GoodputPolicy(Policy):
         self._group_of = {_shape_key(g.method, g.tree): i for i, g in enumerate(self.groups)}
         self._widths = sorted({1} | {b for t in opts.trees for b in (t.branching or ())})
         self._workloads: dict[str, _Workload] = {}
-        self._pending: dict[str, tuple[SpecConfig, int | None]] = {}  # request -> (decided config, match bucket)
+        self._pending: dict[str, _Pending] = {}
+        self._drafted_to: dict[str, int] = {}  # request -> output position the draft model's cache reaches
+        self._catch_up_cost: dict[tuple[int, int, int], float] = {}  # (batch, bucket, catch-up) -> extra seconds
         self._draft_cost: dict[tuple[int, int, int], list[float]] = {}  # (batch, bucket, group) -> by depth
         self._verify_cost: dict[tuple[int, int, float], float] = {}
 
@@ -186,7 +211,7 @@ class GoodputPolicy(Policy):
     # -- deciding ---------------------------------------------------------------------------------------------------
     def decide(self, ctx: DecisionContext) -> SpecConfig:
         config = super().decide(ctx)
-        remember(self._pending, ctx.request_id, (config, self._match_bucket(ctx)))
+        remember(self._pending, ctx.request_id, _Pending(config, self._match_bucket(ctx), ctx.output_len))
         return config
 
     def _match_bucket(self, ctx: DecisionContext) -> int | None:
@@ -202,7 +227,12 @@ class GoodputPolicy(Policy):
             cached = (epoch, *self._evaluate(work, batch, bucket))
             work.choices[(batch, bucket)] = cached
         _, best, probes = cached
+        catch_up = self._catch_up(ctx)
         for group, config, gap in probes:
+            if config.method == "draft" and catch_up > 1:
+                # a draft probe also feeds what this request's draft cache lacks, padded across the batch
+                extra = self._catch_up_s(batch, bucket, catch_up)
+                gap += extra / (best.seconds + extra) / self.options.probe_budget
             if work.step - work.last_run[group] >= gap:
                 # One request per step probes a group: in a batch of B, B simultaneous probes would cost B times as
                 # much verify work for the same evidence.
@@ -213,10 +243,10 @@ class GoodputPolicy(Policy):
         match = self._match_bucket(ctx)
         if match is None:
             return best.config
-        deviation = work.deviations.get((batch, bucket, match))
+        deviation = work.deviations.get((batch, bucket, match, catch_up))
         if deviation is None or deviation[0] != epoch:
-            deviation = (epoch, self._deviate(work, self._matched(work, match), best, batch, bucket))
-            work.deviations[(batch, bucket, match)] = deviation
+            deviation = (epoch, self._deviate(work, self._matched(work, match), best, batch, bucket, catch_up))
+            work.deviations[(batch, bucket, match, catch_up)] = deviation
         return deviation[1]
 
     def expected_tokens_per_s(self, workload: str, config: SpecConfig, batch_size: int, context_len: int) -> float:
@@ -226,7 +256,7 @@ class GoodputPolicy(Policy):
         if not config.speculative:
             return 1.0 / self._verify(batch_size, bucket, 0.0)
         accepted = table.accepted_by_depth(config.method, config.tree, config.k)[config.k]
-        nodes = config.tree.max_nodes(config.k) * (table.fill if config.method == "ngram" else 1.0)
+        nodes = config.tree.max_nodes(config.k) * (_widest(table.fill, batch_size) if config.method == "ngram" else 1.0)
         seconds = self.cost.draft_s(batch_size, config.k, (bucket + 0.5) * CONTEXT_BUCKET, config.method,
                                     config.tree) + self._verify(batch_size, bucket, nodes)
         return (1.0 + accepted) / seconds
@@ -239,16 +269,17 @@ class GoodputPolicy(Policy):
         per_group: list[_Priced] = []
         for index, group in enumerate(self.groups):
             accepted, fill, reach = self._batch_acceptance(work, group)
+            widest = _widest(fill, batch)
             drafting = self._draft(batch, bucket, index)
             top_k, top_score, top_seconds = 0, -1.0, 0.0
             for k in group.ks:
-                seconds = drafting[k] + self._verify(batch, bucket, group.nodes[k] * fill)
+                seconds = drafting[k] + self._verify(batch, bucket, group.nodes[k] * widest)
                 score = (1.0 + accepted[k]) / seconds
                 if score > top_score:
                     top_k, top_score, top_seconds = k, score, seconds
                 if k >= reach:  # the first candidate at or past the reach is the deepest priced
                     break
-            per_group.append(_Priced(group.configs[top_k], index, accepted[top_k], group.nodes[top_k] * fill,
+            per_group.append(_Priced(group.configs[top_k], index, accepted[top_k], group.nodes[top_k] * widest,
                                      drafting[top_k], top_seconds))
         winner = max(per_group, key=lambda p: p.score)
         best = winner if winner.score > off.score * (1.0 + self.options.margin) else off
@@ -277,18 +308,25 @@ class GoodputPolicy(Policy):
             deepest = max(deepest, table.observed_depth(group.method))
         return accepted, fill, deepest + REACH
 
+    def _catch_up(self, ctx: DecisionContext) -> int:
+        """Tokens the draft model's cache lacks for this request (1 if it drafted last step; admission leaves one),
+        rounded up to a power of two so that deviations stay cacheable."""
+        behind = ctx.output_len - self._drafted_to.get(ctx.request_id, -1)
+        return 1 << max(behind - 1, 0).bit_length()
+
     def _deviate(self, work: _Workload, table: AcceptanceTable, batch_best: _Priced, batch: int,
-                 bucket: int) -> SpecConfig:
+                 bucket: int, catch_up: int) -> SpecConfig:
         """The config for one request whose suffix-match bucket has acceptance ``table``, when the rest of the batch
         runs ``batch_best``: the one maximising the batch's tokens per second. The others keep their draft pass (at
-        batch 1 there are none), so this request pays only what it adds: a deeper or extra draft-model pass, its
+        batch 1 there are none), so this request pays only what it adds: a deeper or extra draft-model pass, the
+        wider first draft forward that feeds the ``catch_up`` tokens its draft cache lacks (after lookups), its
         n-gram lookup, its verify nodes."""
         others_tokens = (batch - 1) * (1.0 + batch_best.accepted)
         others_draft_s = batch_best.draft_s if batch > 1 else 0.0
         best_method = batch_best.config.method if batch_best.config.speculative else "off"
 
         def rate(accepted: float, draft_s: float, nodes: float) -> float:
-            verify_s = self._verify(batch, bucket, batch_best.nodes + (nodes - batch_best.nodes) / batch)
+            verify_s = self._verify(batch, bucket, max(batch_best.nodes, nodes))
             return (others_tokens + 1.0 + accepted) / (draft_s + verify_s)
 
         choice, top = self.off, rate(0.0, others_draft_s, 0.0)
@@ -297,13 +335,14 @@ class GoodputPolicy(Policy):
             drafting = self._draft(batch, bucket, index)
             fill = table.fill if group.method == "ngram" else 1.0
             reach = max(table.observed_depth(group.method), work.table.observed_depth(group.method)) + REACH
+            behind = self._catch_up_s(batch, bucket, catch_up) if group.method == "draft" else 0.0
             for k in group.ks:
                 if group.method == "ngram":
                     draft_s = others_draft_s + self.cost.ngram_s
                 elif best_method == "draft":
-                    draft_s = max(others_draft_s, drafting[k])
+                    draft_s = max(others_draft_s, drafting[k]) + behind
                 else:
-                    draft_s = others_draft_s + drafting[k]
+                    draft_s = others_draft_s + drafting[k] + behind
                 score = rate(accepted[k], draft_s, group.nodes[k] * fill)
                 if score > top * (1.0 + (self.options.margin / batch if choice is self.off else 0.0)):
                     choice, top = group.configs[k], score
@@ -311,12 +350,23 @@ class GoodputPolicy(Policy):
                     break
         return choice
 
+    def _catch_up_s(self, batch: int, bucket: int, catch_up: int) -> float:
+        """Extra seconds of a draft pass whose first forward feeds ``catch_up`` tokens per row instead of 1."""
+        key = (batch, bucket, catch_up)
+        value = self._catch_up_cost.get(key)
+        if value is None:
+            context = (bucket + 0.5) * CONTEXT_BUCKET
+            value = self.cost.draft_s(batch, 1, context, "draft", catch_up=catch_up) \
+                - self.cost.draft_s(batch, 1, context, "draft") if catch_up > 1 else 0.0
+            self._catch_up_cost[key] = value
+        return value
+
     def _probe_loss(self, best: _Priced, probe: _Priced, batch: int, bucket: int) -> float:
         """Share of the batch's throughput lost in a step where one request runs ``probe`` and the rest ``best``."""
         best_tokens = 1.0 + best.accepted
         draft_s = max(best.draft_s, probe.draft_s) if probe.config.method == best.config.method else \
             best.draft_s + probe.draft_s
-        verify_s = self._verify(batch, bucket, best.nodes + (probe.nodes - best.nodes) / batch)
+        verify_s = self._verify(batch, bucket, max(best.nodes, probe.nodes))
         probe_rate = ((batch - 1) * best_tokens + 1.0 + probe.accepted) / (draft_s + verify_s)
         return max(0.0, 1.0 - probe_rate / (batch * best_tokens / best.seconds))
 
@@ -344,11 +394,17 @@ class GoodputPolicy(Policy):
 
     # -- observing --------------------------------------------------------------------------------------------------
     def overridden(self, request_id: str, config: SpecConfig) -> None:
-        if request_id in self._pending:
-            self._pending[request_id] = (config, self._pending[request_id][1])
+        pending = self._pending.get(request_id)
+        if pending is not None:
+            self._pending[request_id] = _Pending(config, pending.match, pending.output_len)
 
     def observe(self, stats: StepStats) -> None:
-        decided, match = self._pending.pop(stats.request_id, (None, None))
+        pending = self._pending.pop(stats.request_id, None)
+        decided, match = (pending.config, pending.match) if pending is not None else (None, None)
+        if pending is not None and stats.method == "draft" and stats.draft_tokens > 0:
+            # the draft's cache now holds the tokens so far and the accepted nodes it was fed (all but the deepest)
+            remember(self._drafted_to, stats.request_id,
+                     pending.output_len + min(stats.accepted_tokens, max(stats.k - 1, 0)))
         work = self._workload(stats.workload)
         work.observations += 1
         work.step = max(work.step, stats.step)
