@@ -93,18 +93,6 @@ def time_forward(base: BatchKV, batch: int, tokens: int, warmup: int, repeats: i
     return _median_s(forward_step(base, batch, tokens), warmup, repeats)
 
 
-def host_slowdown(target: LoadedModel, cost: CostModel, batch: int, repeats: int = 3) -> float:
-    """How much slower the target's one-token forward step at ``batch`` runs now than ``cost`` says: the median, over
-    the cost grid's context lengths, of measured / modelled seconds (> 1: the host is slower than when it was
-    calibrated). A shared CPU's speed drifts by 10-30% within an hour, so comparing a replay's prediction with a live
-    run needs this factor measured around the live run."""
-    ratios = []
-    for context in cost.target.context_lens:
-        measured = time_forward(prefill(target, int(context)), batch, 1, 1, repeats)
-        ratios.append(measured / cost.target(batch, 1, context))
-    return statistics.median(ratios)
-
-
 def time_ngram(context: int, warmup: int, repeats: int) -> float:
     """Median seconds of one n-gram lookup (default window, k=8) over a ``context``-token sequence."""
     rng = np.random.default_rng(0)
@@ -159,6 +147,23 @@ def measure_grid(loaded: LoadedModel, batch_sizes: Sequence[int], tokens: Sequen
             tick()
     measured = uniform_grid(batch_sizes, tokens, contexts, lambda b, t, c: statistics.median(times[(b, t, c)]))
     return measured.monotone()
+
+
+def retime(cost: CostModel, target: LoadedModel, draft: LoadedModel | None, batch: int,
+           grid: Grid = Grid(warmup=1, repeats=3)) -> CostModel:
+    """``cost`` with its target and draft grids measured again now, at one batch size (so constant along the batch
+    axis), at the grids' token counts and context lengths. A shared CPU's speed drifts by 10-30% within an hour, so
+    checking a replay's prediction against a live run needs the forwards priced as the host runs them around the
+    live run; this is calibration's timing, restricted to the batch size the live run uses."""
+    def at_batch(loaded: LoadedModel, measured: ForwardGrid) -> ForwardGrid:
+        contexts = [int(c) for c in measured.context_lens]
+        return measure_grid(loaded, [batch], [int(t) for t in measured.tokens], contexts, grid, lambda: None)
+
+    with torch.no_grad():
+        target_grid = at_batch(target, cost.target)
+        draft_grid = at_batch(draft, cost.draft) if draft is not None and cost.draft is not None else cost.draft
+    overhead = (cost.overhead_s(batch),) if cost.step_overhead_s else ()
+    return cost.model_copy(update={"target": target_grid, "draft": draft_grid, "step_overhead_s": overhead})
 
 
 def calibrate(target: LoadedModel, draft: LoadedModel | None, grid: Grid = FULL, progress: bool = False,

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from policies.cost_model import CostModel
 from tests.engine.tiny import tiny_model
-from tuner.calibrate import QUICK, calibrate, host_slowdown, prefill, time_forward
+from tuner.calibrate import QUICK, calibrate, prefill, retime, time_forward
 from tuner.cli import app
 from tuner.record import record
 from tuner.replay import replay_all
@@ -89,14 +89,13 @@ def test_calibrate_cli_errors(tiny_dir, tmp_path, args, message):
     assert last.startswith("error: ") and message in last
 
 
-def test_host_slowdown_compares_the_forward_now_with_the_cost_model(models):
+def test_retime_measures_the_grids_again_at_one_batch_size(models):
     target, draft = models
     cost = calibrate(target, draft, QUICK)
-
-    def scaled(factor: float) -> CostModel:
-        seconds = tuple(tuple(tuple(s * factor for s in col) for col in row) for row in cost.target.seconds)
-        return cost.model_copy(update={"target": cost.target.model_copy(update={"seconds": seconds})})
-
-    # a model claiming forwards 1000x slower than this host runs them finds the host far faster, and vice versa
-    assert host_slowdown(target, scaled(1000.0), 2) < 0.01
-    assert host_slowdown(target, scaled(0.001), 2) > 100
+    seconds = tuple(tuple(tuple(s * 1000 for s in col) for col in row) for row in cost.target.seconds)
+    stale = cost.model_copy(update={"target": cost.target.model_copy(update={"seconds": seconds})})
+    now = retime(stale, target, draft, 2, QUICK)
+    assert now.target.batch_sizes == (2,) and now.target.tokens == cost.target.tokens
+    assert now.target.context_lens == cost.target.context_lens and now.draft.tokens == cost.draft.tokens
+    assert now.target(2, 1, 16) < stale.target(2, 1, 16) / 100  # measured again, not copied
+    assert now.verify_s(2, 4, 24) == now.target(2, 2, 24) and now.overhead_s(2) == cost.overhead_s(2)
