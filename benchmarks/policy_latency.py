@@ -47,7 +47,7 @@ def measure(spec: str, cost: CostModel, steps: int) -> list[float]:
             rid = f"{b}-{step // 97}"  # requests finish and new ones arrive
             workload = "code" if b % 2 else "prose"
             ctx = DecisionContext(rid, workload, BATCH, 200 + step % 3000, 120, step % 97, step % 97, OFF,
-                                  last.get(rid))
+                                  last.get(rid), suffix_match=(step * 7 + b) % 13)  # every suffix-match bucket
             accepted = (step * 31 + b * 7) % 5
             t0 = time.perf_counter_ns()
             config = policy.decide(ctx)

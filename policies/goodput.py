@@ -412,16 +412,14 @@ class GoodputPolicy(Policy):
             weight = max(self.options.decay, 1.0 / work.observations)
             for m in set(work.mix) | {match}:
                 work.mix[m] = work.mix.get(m, 0.0) + weight * ((m == match) - work.mix.get(m, 0.0))
-        ran = self._fold(work.table, stats, decided)
-        if ran is None:
-            return
-        self._ran(work, *ran, stats.step)
-        if match is not None:
-            self._fold(self._matched(work, match), stats, decided)
+        tables = [work.table] if match is None else [work.table, self._matched(work, match)]
+        ran = self._fold(tables, stats, decided)
+        if ran is not None:
+            self._ran(work, *ran, stats.step)
 
-    def _fold(self, table: AcceptanceTable, stats: StepStats,
+    def _fold(self, tables: list[AcceptanceTable], stats: StepStats,
               decided: SpecConfig | None) -> tuple[str, TreeShape] | None:
-        """Fold one step into ``table``; the (method, tree) it ran, or None if it tells nothing about a group."""
+        """Fold one step into ``tables``; the (method, tree) it ran, or None if it tells nothing about a group."""
         if stats.draft_tokens <= 0:
             # The engine reports a step whose drafter proposed nothing as "off"; only the decision tells them apart.
             # Only a lookup finds nothing: a draft model always proposes unless the request's last token left no
@@ -430,8 +428,8 @@ class GoodputPolicy(Policy):
             if asked != "ngram" or asked not in self.options.methods:
                 return None
             tree = decided.tree if decided is not None and decided.method == asked else CHAIN
-            table.update(asked, tree.branching_at(1), 1, 0.0)  # asked to speculate, proposed nothing: a miss
-            if asked == "ngram":
+            for table in tables:
+                table.update(asked, tree.branching_at(1), 1, 0.0)  # asked to speculate, proposed nothing: a miss
                 table.observe_fill(0.0)
             return asked, tree
         method = stats.method
@@ -441,11 +439,14 @@ class GoodputPolicy(Policy):
         if tree is None:
             return None
         window = stats.k
-        if method == "ngram" and decided is not None and decided.method == "ngram":
+        lookup = method == "ngram" and decided is not None and decided.method == "ngram"
+        if lookup:
             window = decided.k  # a lookup that came up short missed the depths it did not propose
-            table.observe_fill(stats.draft_tokens / max(window, 1))
         stopped = stats.emitted_tokens == stats.accepted_tokens  # an accepted stop token ends the walk
-        table.observe_walk(method, tree, stats.accepted_tokens, window, stopped)
+        for table in tables:
+            if lookup:
+                table.observe_fill(stats.draft_tokens / max(window, 1))
+            table.observe_walk(method, tree, stats.accepted_tokens, window, stopped)
         return method, tree
 
     def _ran(self, work: _Workload, method: str, tree: TreeShape, step: int) -> None:

@@ -12,13 +12,16 @@ STEEP = CHEAP.model_copy(update={"target": uniform_grid(BATCHES, TOKENS, CONTEXT
                                                         lambda b, t, c: 0.02 * (b * t) ** 1.2)})
 
 
-def run(policy: GoodputPolicy, steps: int, accept, batch: int = 1, start: int = 1) -> list[SpecConfig]:
-    """Decide, then observe ``accept(config)`` accepted tokens (of k proposed), for ``batch`` requests a step."""
+def run(policy: GoodputPolicy, steps: int, accept, batch: int = 1, start: int = 1,
+        length: int = 64) -> list[SpecConfig]:
+    """Decide, then observe ``accept(config)`` accepted tokens (of k proposed), for ``batch`` requests a step; each
+    row's request runs ``length`` steps, then a new one takes its place."""
     decisions = []
     for step in range(start, start + steps):
-        configs = [policy.decide(context(f"r{b}", batch_size=batch, output_len=step)) for b in range(batch)]
-        for b, config in enumerate(configs):
-            policy.observe(step_stats(config, accept(config), step=step, request_id=f"r{b}", batch_size=batch))
+        ids = [f"r{b}-{step // length}" for b in range(batch)]
+        configs = [policy.decide(context(rid, batch_size=batch, output_len=step % length)) for rid in ids]
+        for rid, config in zip(ids, configs):
+            policy.observe(step_stats(config, accept(config), step=step, request_id=rid, batch_size=batch))
         decisions += configs
     return decisions
 
