@@ -18,7 +18,7 @@ from engine.drafters.ngram import suffix_match_len
 from engine.drafters.ngram_drafter import NgramDrafter
 from engine.kv import BatchKV, Nodes
 from engine.models.loaded import LoadedModel
-from engine.policy import DecisionContext, RequestedConfig, SpecPolicy
+from engine.policy import DecisionContext, RequestedConfig, SpecPolicy, reads_suffix_match
 from engine.sampling import SamplingParams
 from engine.stats import RequestSummary, StepStats
 from engine.tree import DraftTree
@@ -168,7 +168,8 @@ class SpecEngine:
         self.step_count += 1
         contexts = self.kv.lengths.tolist()
         longest = max(contexts)
-        configs = [self._decide(r, batch, contexts[b], longest) for b, r in enumerate(self._running)]
+        suffix = reads_suffix_match(self.policy)
+        configs = [self._decide(r, batch, contexts[b], longest, suffix) for b, r in enumerate(self._running)]
         depths = [self._depth(r, cfg) for r, cfg in zip(self._running, configs)]
 
         t0 = time.perf_counter()
@@ -210,10 +211,10 @@ class SpecEngine:
             self._retain(keep)
         return outputs
 
-    def _decide(self, r: _Running, batch: int, context: int, longest: int) -> SpecConfig:
+    def _decide(self, r: _Running, batch: int, context: int, longest: int, suffix: bool) -> SpecConfig:
         ctx = DecisionContext(r.request.request_id, r.request.workload, batch, context, len(r.request.prompt_ids),
                               len(r.output), r.summary.steps, r.request.config, r.last, longest,
-                              suffix_match_len(r.tokens))
+                              suffix_match_len(r.tokens) if suffix else 0)
         cfg = self.policy.decide(ctx).at_batch_size(batch)
         if cfg.method == "draft" and "draft" not in self.drafters:
             return SpecConfig()

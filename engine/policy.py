@@ -33,6 +33,7 @@ class DecisionContext:
     batch_context_len: int | None = None
     # ``engine.drafters.ngram.suffix_match_len`` of the tokens so far (prompt + output): how long a run of the text's
     # end already occurred earlier. Long runs predict well-accepted drafts (copying), 0 a token never seen before.
+    # Computed only for a policy that reads it (``reads_suffix_match``); 0 otherwise.
     suffix_match: int = 0
 
     @property
@@ -50,6 +51,12 @@ class SpecPolicy(Protocol):
     def observe(self, stats: StepStats) -> None:
         """Fold in what the step decided above actually did."""
         ...
+
+
+def reads_suffix_match(policy: SpecPolicy) -> bool:
+    """Whether ``policy`` looks at ``DecisionContext.suffix_match`` (it says so with a true ``reads_suffix_match``
+    attribute). Callers compute the value only then: it scans the request's tokens every step."""
+    return bool(getattr(policy, "reads_suffix_match", False))
 
 
 class RequestedConfig:

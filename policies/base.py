@@ -69,6 +69,11 @@ class Policy(ABC):
     Options: ClassVar[type[PolicyOptions]] = PolicyOptions
     needs_cost_model: ClassVar[bool] = False
 
+    @property
+    def reads_suffix_match(self) -> bool:
+        """Whether ``choose`` looks at ``DecisionContext.suffix_match`` (see ``engine.policy.reads_suffix_match``)."""
+        return False
+
     def decide(self, ctx: DecisionContext) -> SpecConfig:
         return self.choose(ctx).at_batch_size(ctx.batch_size)
 

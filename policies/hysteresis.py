@@ -9,7 +9,7 @@ is told through ``overridden`` when that happens.
 from __future__ import annotations
 
 from engine.config import SpecConfig
-from engine.policy import DecisionContext, SpecPolicy
+from engine.policy import DecisionContext, SpecPolicy, reads_suffix_match
 from engine.stats import StepStats
 from policies.base import Policy, remember
 
@@ -37,6 +37,10 @@ class Hysteresis(Policy):
         self.cooldown = cooldown
         self._held: dict[str, _Held] = {}
         self._pending: dict[str, tuple[SpecConfig, SpecConfig]] = {}  # request -> (asked, returned)
+
+    @property
+    def reads_suffix_match(self) -> bool:
+        return reads_suffix_match(self.inner)
 
     def choose(self, ctx: DecisionContext) -> SpecConfig:
         asked = self.inner.decide(ctx)

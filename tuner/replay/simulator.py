@@ -6,16 +6,14 @@ joins at the next step (prefill is not priced: tokens/s is decode throughput). E
 1. for every running request, in admission order, ``policy.decide(DecisionContext(...))`` with ``batch_size`` = the
    running requests, ``context_len`` = prompt_len + p - 1 (the tokens in its KV cache: the root, the last emitted
    token, is not yet in it), ``output_len`` = p, ``request_step`` = its steps so far, ``last`` = its previous
-   ``StepStats`` and ``suffix_match`` of the true tokens so far; the config then goes through ``at_batch_size`` as
-   in the engine;
+   ``StepStats`` and ``suffix_match`` of the true tokens so far (if the policy reads it, as in the engine); the
+   config then goes through ``at_batch_size`` as in the engine;
 2. each request's outcome comes from ``ReplayTrace.step`` (exact for chains, static trees and n-gram);
 3. the step costs ``draft_s + verify_s``: per method in use, ``cost.draft_s`` at the deepest proposal of that method
    (the draft model's forward runs over all B rows, padded, and its first forward feeds each drafting row the tokens
    its cache has not seen: 1 after a draft step, more after steps with another method; n-gram lookups are priced per
-   request that ran one), plus
-   ``cost.verify_s(B, B * max(1 + nodes_i), max context)`` (the batch is padded to its widest row and attends over
-   the longest cache), plus the
-   engine's per-step overhead ``cost.overhead_s(B)``;
+   request that ran one), plus ``cost.verify_s(B, B * max(1 + nodes_i), max context)`` (the batch is padded to its
+   widest row and attends over the longest cache), plus the engine's per-step overhead ``cost.overhead_s(B)``;
 4. ``policy.observe(StepStats(...))`` per request, in the same order, with the step's shared times and the simulated
    clock as timestamp.
 """
@@ -28,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.config import OFF, SpecConfig
-from engine.policy import DecisionContext, SpecPolicy
+from engine.policy import DecisionContext, SpecPolicy, reads_suffix_match
 from engine.stats import StepStats
 from policies.cost_model import CostModel
 from tuner.replay.outcome import Outcome, ReplayError, ReplayTrace
@@ -125,6 +123,7 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
     queue = deque(prepare(traces))
     workload = queue[0].trace.workload
     running: list[_Running] = []
+    suffix = reads_suffix_match(policy)
     step = 0
     clock = 0.0
     emitted_total = accepted_total = drafts = draft_tokens = 0
@@ -140,7 +139,7 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
         for r, context in zip(running, contexts):
             trace = r.trace.trace
             ctx = DecisionContext(trace.request_id, trace.workload, batch, context, r.trace.prompt_len, r.p,
-                                  r.steps, requested, r.last, longest, r.trace.suffix_match(r.p))
+                                  r.steps, requested, r.last, longest, r.trace.suffix_match(r.p) if suffix else 0)
             config = policy.decide(ctx).at_batch_size(batch)
             configs.append(config)
             used[config.label()] += 1
