@@ -51,6 +51,8 @@ def test_lists_and_wrappers():
     ("goodput:ks=1+x", "policy goodput: ks.1: Input should be a valid integer"),
     ("goodput:methods=off", "policy goodput: methods:"),
     ("goodput:trees=topk=2", "policy goodput:"),
+    ("goodput:match_buckets=4+2", "policy goodput: match_buckets: Value error, give strictly increasing"),
+    ("goodput:match_buckets=0+2", "policy goodput: match_buckets: Value error, give strictly increasing"),
     ("bandit:exploration=-1", "policy bandit: exploration: Input should be greater than or equal to 0"),
     ("bandit:hold=soon", "policy bandit: hold and cooldown must be integers"),
     ("bandit:hold=0", "policy bandit: hold: must be at least 1"),
