@@ -20,7 +20,8 @@ MAX_DEPTH = 32
 
 
 class AcceptanceTable:
-    __slots__ = ("prior", "decay", "widths", "depth", "alpha", "seen", "fill", "fill_seen", "_effective", "_deepest")
+    __slots__ = ("prior", "decay", "widths", "depth", "alpha", "seen", "fill", "fill_seen", "_effective", "_by_depth",
+                 "_deepest")
 
     def __init__(self, methods: tuple[str, ...], widths: list[int], prior: float, decay: float,
                  depth: int = MAX_DEPTH) -> None:
@@ -32,7 +33,10 @@ class AcceptanceTable:
         self.seen = {(m, w): [0] * MAX_DEPTH for m in methods for w in self.widths}
         self.fill = 1.0  # n-gram: share of the asked depth the lookup actually proposed
         self.fill_seen = 0
-        self._effective: dict[tuple[str, int], list[float]] = {}  # what ``conditional`` reads, rebuilt lazily
+        # What ``conditional`` and ``accepted_by_depth`` read, per method, rebuilt lazily after that method's updates
+        # (a policy prices every candidate after each step, so most lookups hit).
+        self._effective: dict[str, dict[int, list[float]]] = {}
+        self._by_depth: dict[str, dict[tuple[tuple[int, ...] | None, int], list[float]]] = {}
         self._deepest = dict.fromkeys(methods, 0)  # deepest depth observed per method
 
     def conditional(self, method: str, width: int, depth: int) -> float:
@@ -40,7 +44,25 @@ class AcceptanceTable:
         return self._effective_for(method, width)[depth - 1]
 
     def accepted_by_depth(self, method: str, tree: TreeShape, k: int) -> list[float]:
-        """E[a] for every depth 0..k."""
+        """E[a] for every depth 0..k (a shared list: do not modify it)."""
+        cached = self._by_depth.setdefault(method, {})
+        key = (None if tree.is_chain else tree.branching, k)
+        out = cached.get(key)
+        if out is None:
+            out = cached[key] = self._accepted_by_depth(method, tree, k)
+        return out
+
+    def _accepted_by_depth(self, method: str, tree: TreeShape, k: int) -> list[float]:
+        if tree.is_chain and (method, 1) in self.alpha:  # width 1 reads its own estimates only
+            alpha, seen = self.alpha[(method, 1)], self.seen[(method, 1)]
+            out, accepted, run, value = [0.0], 0.0, 1.0, self.prior
+            for d in range(k):
+                if seen[d]:
+                    value = alpha[d]
+                run *= value
+                accepted += run
+                out.append(accepted)
+            return out
         out, accepted, run = [0.0], 0.0, 1.0
         chain = self._effective_for(method, 1) if tree.is_chain else None
         for depth in range(1, k + 1):
@@ -50,8 +72,8 @@ class AcceptanceTable:
         return out
 
     def _effective_for(self, method: str, width: int) -> list[float]:
-        key = (method, width)
-        effective = self._effective.get(key)
+        cached = self._effective.setdefault(method, {})
+        effective = cached.get(width)
         if effective is None:
             effective = [0.0] * self.depth
             for w in self.widths:
@@ -64,7 +86,7 @@ class AcceptanceTable:
                         value = alpha[d]
                     if value > effective[d]:
                         effective[d] = value
-            self._effective[key] = effective
+            cached[width] = effective
         return effective
 
     def observed_depth(self, method: str) -> int:
@@ -75,9 +97,19 @@ class AcceptanceTable:
         """One step: depths 1..accepted were accepted and, unless the walk ended at a stop token or at the end of
         the ``window`` it was allowed, depth accepted + 1 was a miss."""
         accepted = min(max(accepted, 0), MAX_DEPTH)
+        missed = accepted < min(window, MAX_DEPTH) and not stopped
+        if tree.is_chain and (method, 1) in self.alpha:  # the common case, without a call per depth
+            seen, alpha, decay = self.seen[(method, 1)], self.alpha[(method, 1)], self.decay
+            for d in range(accepted + missed):
+                weight = 1.0 / (seen[d] + 2)
+                alpha[d] += (weight if weight > decay else decay) * ((d < accepted) - alpha[d])
+                seen[d] += 1
+            if accepted + missed:
+                self._touched(method, accepted + missed)
+            return
         for depth in range(1, accepted + 1):
             self.update(method, tree.branching_at(depth), depth, 1.0)
-        if accepted < min(window, MAX_DEPTH) and not stopped:
+        if missed:
             self.update(method, tree.branching_at(accepted + 1), accepted + 1, 0.0)
 
     def update(self, method: str, width: int, depth: int, hit: float) -> None:
@@ -87,8 +119,13 @@ class AcceptanceTable:
         seen, alpha = self.seen[key], self.alpha[key]
         alpha[depth - 1] += self._weight(seen[depth - 1]) * (hit - alpha[depth - 1])
         seen[depth - 1] += 1
-        self._deepest[method] = max(self._deepest[method], depth)
-        self._effective.clear()
+        self._touched(method, depth)
+
+    def _touched(self, method: str, depth: int) -> None:
+        if depth > self._deepest[method]:
+            self._deepest[method] = depth
+        self._effective.pop(method, None)
+        self._by_depth.pop(method, None)
 
     def observe_fill(self, fill: float) -> None:
         self.fill += self._weight(self.fill_seen) * (min(max(fill, 0.0), 1.0) - self.fill)

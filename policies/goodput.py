@@ -43,13 +43,16 @@ holds up.
 N-gram acceptance counts lookups that found nothing (or fewer tokens than asked) as misses, so the estimate prices
 lookups that come up short; ``nodes`` of an n-gram config is scaled by the measured share proposed. (A draft model
 proposes nothing only when the request's token limit left no room, which is no miss.) Choices are cached per
-(workload, batch size, context bucket[, suffix-match bucket]) and re-evaluated every ``refresh_every`` observations.
+(workload, batch size, context bucket[, suffix-match bucket]) and re-priced every ``refresh_every`` observations (at
+each power of two before that: early observations move the estimates most); a request's draft catch-up is priced on
+top of its bucket's cached choice, so the cache does not grow with it.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
+from operator import mul
 
 from pydantic import Field, field_validator
 
@@ -149,14 +152,12 @@ class _Workload:
         self.step = 0  # latest engine step observed
         self.last_run = [0] * groups  # engine step each group last ran
         self.runs = [0] * groups  # engine steps each group ran in
-        # (batch, context bucket) -> (epoch, best config, probes: (group, config, gap in steps))
-        self.choices: dict[tuple[int, int], tuple[int, _Priced, list[tuple[int, SpecConfig, float]]]] = {}
+        self.choices: dict[tuple[int, int], _Choice] = {}  # (batch, context bucket) -> the batch's choice
         self.probe_step = 0  # the engine step ``probe_owners`` is for
         self.probe_owners: dict[int, str] = {}  # group -> the one request probing it in that step
         self.matched: dict[int, AcceptanceTable] = {}  # suffix-match bucket -> its acceptance
         self.mix: dict[int, float] = {}  # suffix-match bucket -> share of recent steps in it (an EWMA)
-        # (batch, context bucket, match bucket, catch-up) -> (epoch, config)
-        self.deviations: dict[tuple[int, int, int, int], tuple[int, SpecConfig]] = {}
+        self.deviations: dict[tuple[int, int], _Deviation] = {}  # (batch, match bucket) -> a request's choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,31 @@ class _Pending:
     config: SpecConfig
     match: int | None  # suffix-match bucket
     output_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Choice:
+    """The batch's config at one (batch size, context bucket) as priced in ``epoch``, and the probes of the other
+    groups: (group, its best config, steps to wait between probes)."""
+
+    epoch: int
+    best: _Priced
+    probes: list[tuple[int, SpecConfig, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Deviation:
+    """A request's config given its suffix-match bucket, with what ``choose`` needs to price a draft catch-up."""
+
+    epoch: int
+    bucket: int  # context bucket
+    against: SpecConfig  # the batch's config it deviates from
+    config: SpecConfig
+    # draft-model configs that beat ``fallback`` with the request's draft cache current: (config, batch tokens and
+    # seconds per step); empty unless ``config`` is one of them
+    drafts: list[tuple[SpecConfig, float, float]]
+    fallback: SpecConfig  # the best config without the draft model
+    fallback_rate: float  # its batch tokens per second (off's with the margin speculation must beat)
 
 
 @dataclass(frozen=True)
@@ -225,12 +251,12 @@ class GoodputPolicy(Policy):
         work = self._workload(ctx.workload)
         batch = max(ctx.batch_size, 1)
         bucket = max(ctx.step_context_len, 0) // CONTEXT_BUCKET
-        epoch = work.observations // self.options.refresh_every
-        cached = work.choices.get((batch, bucket))
-        if cached is None or cached[0] != epoch:
-            cached = (epoch, *self._evaluate(work, batch, bucket))
-            work.choices[(batch, bucket)] = cached
-        _, best, probes = cached
+        epoch = self._epoch(work.observations)
+        choice = work.choices.get((batch, bucket))
+        if choice is None or choice.epoch != epoch:
+            choice = self._evaluate(work, batch, bucket, epoch)
+            work.choices[(batch, bucket)] = choice
+        best, probes = choice.best, choice.probes
         catch_up = self._catch_up(ctx)
         for group, config, gap in probes:
             if config.method == "draft" and catch_up > 1:
@@ -247,11 +273,19 @@ class GoodputPolicy(Policy):
         match = self._match_bucket(ctx)
         if match is None:
             return best.config
-        deviation = work.deviations.get((batch, bucket, match, catch_up))
-        if deviation is None or deviation[0] != epoch:
-            deviation = (epoch, self._deviate(work, self._matched(work, match), best, batch, bucket, catch_up))
-            work.deviations[(batch, bucket, match, catch_up)] = deviation
-        return deviation[1]
+        deviation = work.deviations.get((batch, match))
+        if deviation is None or (deviation.epoch, deviation.bucket, deviation.against) != (epoch, bucket, best.config):
+            deviation = self._deviate(work, self._matched(work, match), best, batch, bucket, epoch)
+            work.deviations[(batch, match)] = deviation
+        if not deviation.drafts or catch_up <= 1:
+            return deviation.config
+        # The draft pass's first forward also feeds what this request's draft cache lacks, padded across the batch.
+        behind = self._catch_up_s(batch, bucket, catch_up)
+        choice, top = deviation.fallback, deviation.fallback_rate
+        for config, tokens, seconds in deviation.drafts:
+            if tokens / (seconds + behind) > top:
+                choice, top = config, tokens / (seconds + behind)
+        return choice
 
     def expected_tokens_per_s(self, workload: str, config: SpecConfig, batch_size: int, context_len: int) -> float:
         """The score ``choose`` ranks configs by (tokens per second of one request at this batch size)."""
@@ -265,32 +299,41 @@ class GoodputPolicy(Policy):
                                     config.tree) + self._verify(batch_size, bucket, nodes)
         return (1.0 + accepted) / seconds
 
-    def _evaluate(self, work: _Workload, batch: int,
-                  bucket: int) -> tuple[_Priced, list[tuple[int, SpecConfig, float]]]:
+    def _epoch(self, observations: int) -> int:
+        """Which pricing of the estimates is current: one per ``refresh_every`` observations, and before the first
+        ``refresh_every`` one at each power of two, since early observations move the estimates most."""
+        every = self.options.refresh_every
+        return observations // every if observations >= every else -observations.bit_length()
+
+    def _price_group(self, work: _Workload, batch: int, bucket: int, index: int) -> _Priced:
+        """The best config of one group for the whole batch."""
+        group = self.groups[index]
+        accepted, fill, reach = self._batch_acceptance(work, group)
+        widest = _widest(fill, batch)
+        drafting = self._draft(batch, bucket, index)
+        top_k, top_score, top_seconds = 0, -1.0, 0.0
+        for k in group.ks:
+            seconds = drafting[k] + self._verify(batch, bucket, group.nodes[k] * widest)
+            score = (1.0 + accepted[k]) / seconds
+            if score > top_score:
+                top_k, top_score, top_seconds = k, score, seconds
+            if k >= reach:  # the first candidate at or past the reach is the deepest priced
+                break
+        return _Priced(group.configs[top_k], index, accepted[top_k], group.nodes[top_k] * widest, drafting[top_k],
+                       top_seconds)
+
+    def _evaluate(self, work: _Workload, batch: int, bucket: int, epoch: int) -> _Choice:
         """The best config for the whole batch, and each other group's best config with the steps to wait between
         its probes."""
         off = _Priced(self.off, -1, 0.0, 0.0, 0.0, self._verify(batch, bucket, 0.0))
-        per_group: list[_Priced] = []
-        for index, group in enumerate(self.groups):
-            accepted, fill, reach = self._batch_acceptance(work, group)
-            widest = _widest(fill, batch)
-            drafting = self._draft(batch, bucket, index)
-            top_k, top_score, top_seconds = 0, -1.0, 0.0
-            for k in group.ks:
-                seconds = drafting[k] + self._verify(batch, bucket, group.nodes[k] * widest)
-                score = (1.0 + accepted[k]) / seconds
-                if score > top_score:
-                    top_k, top_score, top_seconds = k, score, seconds
-                if k >= reach:  # the first candidate at or past the reach is the deepest priced
-                    break
-            per_group.append(_Priced(group.configs[top_k], index, accepted[top_k], group.nodes[top_k] * widest,
-                                     drafting[top_k], top_seconds))
+        per_group = [self._price_group(work, batch, bucket, i) for i in range(len(self.groups))]
         winner = max(per_group, key=lambda p: p.score)
         best = winner if winner.score > off.score * (1.0 + self.options.margin) else off
-        probes = [(p.group, p.config, max(1.0, self._probe_loss(best, p, batch, bucket) / self.options.probe_budget
+        budget = self.options.probe_budget
+        probes = [(p.group, p.config, max(1.0, self._probe_loss(best, p, batch, bucket) / budget
                                           * min(1.0, work.runs[p.group] / WARM_STEPS)))
                   for p in per_group if p is not best]
-        return best, probes
+        return _Choice(epoch, best, probes)
 
     def _batch_acceptance(self, work: _Workload, group: _Group) -> tuple[list[float], float, int]:
         """E[a] by depth, the n-gram fill (1 for a draft model) and the depth reach of ``group`` for a typical
@@ -302,14 +345,14 @@ class GoodputPolicy(Policy):
             fill = table.fill if group.method == "ngram" else 1.0
             return (table.accepted_by_depth(group.method, group.tree, group.max_k), fill,
                     table.observed_depth(group.method) + REACH)
-        accepted, fill, deepest = [0.0] * (group.max_k + 1), 0.0, work.table.observed_depth(group.method)
+        tables = list(work.matched.values())
         total = sum(work.mix.get(m, 0.0) for m in work.matched)
-        for match, table in work.matched.items():
-            weight = work.mix.get(match, 0.0) / total if total > 0 else 1.0 / len(work.matched)
-            for k, a in enumerate(table.accepted_by_depth(group.method, group.tree, group.max_k)):
-                accepted[k] += weight * a
-            fill += weight * (table.fill if group.method == "ngram" else 1.0)
-            deepest = max(deepest, table.observed_depth(group.method))
+        weights = [work.mix.get(m, 0.0) / total for m in work.matched] if total > 0 else \
+            [1.0 / len(tables)] * len(tables)
+        by_depth = [t.accepted_by_depth(group.method, group.tree, group.max_k) for t in tables]
+        accepted = [sum(map(mul, weights, column)) for column in zip(*by_depth, strict=True)]
+        fill = sum(map(mul, weights, [t.fill for t in tables])) if group.method == "ngram" else 1.0
+        deepest = max(work.table.observed_depth(group.method), *(t.observed_depth(group.method) for t in tables))
         return accepted, fill, deepest + REACH
 
     def _catch_up(self, ctx: DecisionContext) -> int:
@@ -319,40 +362,50 @@ class GoodputPolicy(Policy):
         return 1 << max(behind - 1, 0).bit_length()
 
     def _deviate(self, work: _Workload, table: AcceptanceTable, batch_best: _Priced, batch: int,
-                 bucket: int, catch_up: int) -> SpecConfig:
+                 bucket: int, epoch: int) -> _Deviation:
         """The config for one request whose suffix-match bucket has acceptance ``table``, when the rest of the batch
         runs ``batch_best``: the one maximising the batch's tokens per second. The others keep their draft pass (at
-        batch 1 there are none), so this request pays only what it adds: a deeper or extra draft-model pass, the
-        wider first draft forward that feeds the ``catch_up`` tokens its draft cache lacks (after lookups), its
-        n-gram lookup, its verify nodes."""
+        batch 1 there are none), so this request pays only what it adds: a deeper or extra draft-model pass, its
+        n-gram lookup, its verify nodes. A draft-model choice also keeps the best choice without it, for a request
+        whose draft cache is behind (``choose`` adds the catch-up)."""
         others_tokens = (batch - 1) * (1.0 + batch_best.accepted)
         others_draft_s = batch_best.draft_s if batch > 1 else 0.0
         best_method = batch_best.config.method if batch_best.config.speculative else "off"
+        margin = 1.0 + self.options.margin / batch  # speculating must beat off by this
 
-        def rate(accepted: float, draft_s: float, nodes: float) -> float:
-            verify_s = self._verify(batch, bucket, max(batch_best.nodes, nodes))
-            return (others_tokens + 1.0 + accepted) / (draft_s + verify_s)
+        def step(accepted: float, draft_s: float, nodes: float) -> tuple[float, float]:
+            return others_tokens + 1.0 + accepted, draft_s + self._verify(batch, bucket, max(batch_best.nodes, nodes))
 
-        choice, top = self.off, rate(0.0, others_draft_s, 0.0)
+        tokens, seconds = step(0.0, others_draft_s, 0.0)
+        off_rate = tokens / seconds
+        choice, top, fallback, fallback_top, drafts = self.off, off_rate * margin, self.off, off_rate * margin, []
         for index, group in enumerate(self.groups):
             accepted = table.accepted_by_depth(group.method, group.tree, group.max_k)
             drafting = self._draft(batch, bucket, index)
             fill = table.fill if group.method == "ngram" else 1.0
             reach = max(table.observed_depth(group.method), work.table.observed_depth(group.method)) + REACH
-            behind = self._catch_up_s(batch, bucket, catch_up) if group.method == "draft" else 0.0
             for k in group.ks:
                 if group.method == "ngram":
                     draft_s = others_draft_s + self.cost.ngram_s
                 elif best_method == "draft":
-                    draft_s = max(others_draft_s, drafting[k]) + behind
+                    draft_s = max(others_draft_s, drafting[k])
                 else:
-                    draft_s = others_draft_s + drafting[k] + behind
-                score = rate(accepted[k], draft_s, group.nodes[k] * fill)
-                if score > top * (1.0 + (self.options.margin / batch if choice is self.off else 0.0)):
-                    choice, top = group.configs[k], score
+                    draft_s = others_draft_s + drafting[k]
+                tokens, seconds = step(accepted[k], draft_s, group.nodes[k] * fill)
+                rate = tokens / seconds
+                if rate > top:
+                    choice, top = group.configs[k], rate
+                if group.method == "draft":
+                    drafts.append((group.configs[k], tokens, seconds, rate))
+                elif rate > fallback_top:
+                    fallback, fallback_top = group.configs[k], rate
                 if k >= reach:
                     break
-        return choice
+        if choice.method != "draft":
+            drafts = []
+        return _Deviation(epoch, bucket, batch_best.config, choice,
+                          [(c, tokens, seconds) for c, tokens, seconds, rate in drafts if rate > fallback_top],
+                          fallback, fallback_top)
 
     def _catch_up_s(self, batch: int, bucket: int, catch_up: int) -> float:
         """Extra seconds of a draft pass whose first forward feeds ``catch_up`` tokens per row instead of 1."""
