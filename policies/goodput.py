@@ -144,7 +144,7 @@ class _Workload:
     """What the policy knows about one workload."""
 
     __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_step", "probe_owners",
-                 "matched", "mix", "deviations")
+                 "matched", "mix", "deviations", "acceptance")
 
     def __init__(self, table: AcceptanceTable, groups: int) -> None:
         self.table = table
@@ -158,6 +158,9 @@ class _Workload:
         self.matched: dict[int, AcceptanceTable] = {}  # suffix-match bucket -> its acceptance
         self.mix: dict[int, float] = {}  # suffix-match bucket -> share of recent steps in it (an EWMA)
         self.deviations: dict[tuple[int, int], _Deviation] = {}  # (batch, match bucket) -> a request's choice
+        # each group's ``_batch_acceptance`` for an epoch, computed by the observations just before it starts, one
+        # group per observation (so that no single call computes them all)
+        self.acceptance: list[tuple[int, tuple[list[float], float, int]] | None] = [None] * groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +256,8 @@ class GoodputPolicy(Policy):
         bucket = max(ctx.step_context_len, 0) // CONTEXT_BUCKET
         epoch = self._epoch(work.observations)
         choice = work.choices.get((batch, bucket))
-        if choice is None or choice.epoch != epoch:
+        evaluated = choice is None or choice.epoch != epoch
+        if evaluated:
             choice = self._evaluate(work, batch, bucket, epoch)
             work.choices[(batch, bucket)] = choice
         best, probes = choice.best, choice.probes
@@ -274,7 +278,9 @@ class GoodputPolicy(Policy):
         if match is None:
             return best.config
         deviation = work.deviations.get((batch, match))
-        if deviation is None or (deviation.epoch, deviation.bucket, deviation.against) != (epoch, bucket, best.config):
+        # re-priced with the batch's choice, or else on its first use in a decision that did not re-price the batch's
+        if deviation is None or deviation.against != best.config or \
+                (not evaluated and (deviation.epoch, deviation.bucket) != (epoch, bucket)):
             deviation = self._deviate(work, self._matched(work, match), best, batch, bucket, epoch)
             work.deviations[(batch, match)] = deviation
         if not deviation.drafts or catch_up <= 1:
@@ -305,10 +311,13 @@ class GoodputPolicy(Policy):
         every = self.options.refresh_every
         return observations // every if observations >= every else -observations.bit_length()
 
-    def _price_group(self, work: _Workload, batch: int, bucket: int, index: int) -> _Priced:
+    def _price_group(self, work: _Workload, batch: int, bucket: int, index: int, epoch: int) -> _Priced:
         """The best config of one group for the whole batch."""
         group = self.groups[index]
-        accepted, fill, reach = self._batch_acceptance(work, group)
+        cached = work.acceptance[index]
+        if cached is None or cached[0] != epoch:
+            cached = work.acceptance[index] = (epoch, self._batch_acceptance(work, group))
+        accepted, fill, reach = cached[1]
         widest = _widest(fill, batch)
         drafting = self._draft(batch, bucket, index)
         top_k, top_score, top_seconds = 0, -1.0, 0.0
@@ -326,7 +335,7 @@ class GoodputPolicy(Policy):
         """The best config for the whole batch, and each other group's best config with the steps to wait between
         its probes."""
         off = _Priced(self.off, -1, 0.0, 0.0, 0.0, self._verify(batch, bucket, 0.0))
-        per_group = [self._price_group(work, batch, bucket, i) for i in range(len(self.groups))]
+        per_group = [self._price_group(work, batch, bucket, i, epoch) for i in range(len(self.groups))]
         winner = max(per_group, key=lambda p: p.score)
         best = winner if winner.score > off.score * (1.0 + self.options.margin) else off
         budget = self.options.probe_budget
@@ -474,6 +483,13 @@ class GoodputPolicy(Policy):
         ran = self._fold(tables, stats, decided)
         if ran is not None:
             self._ran(work, *ran, stats.step)
+        last = len(self.groups) - 1
+        for index, cached in enumerate(work.acceptance):
+            # group i for the epoch that starts ``last - i`` observations from now: one group per observation
+            epoch = self._epoch(work.observations + last - index)
+            if cached is None or cached[0] != epoch:
+                work.acceptance[index] = (epoch, self._batch_acceptance(work, self.groups[index]))
+                break
 
     def _fold(self, tables: list[AcceptanceTable], stats: StepStats,
               decided: SpecConfig | None) -> tuple[str, TreeShape] | None:
