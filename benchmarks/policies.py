@@ -7,9 +7,13 @@ static config, heuristic, goodput, bandit and the per-cell oracle, plus a phase-
 replay against the live engine on a few cells, 5. write the table (md + json) and a plot of tokens/s vs k.
 
 A cell at batch size B replays max(recorded, 2B) requests: the workload's recorded requests repeated in order (each
-copy behaves exactly as recorded), so that B requests really run together.
+copy behaves exactly as recorded), so that B requests really run together. An online policy's run is one path through
+many small decisions, and which requests share a step changes it: one request order can put a cell 10% above or
+below another. So every cell is replayed in ``--orders`` request orders (the recorded list rotated) and a figure is
+the mean over them; the oracle is the best static config by that mean among the order-0 grid's top
+``ORACLE_FINALISTS`` (and off and the best global static).
 
-    nice .venv/bin/python benchmarks/policies.py [--prompts 4] [--new-tokens 96] [--skip-live]
+    nice .venv/bin/python benchmarks/policies.py [--prompts 4] [--new-tokens 96] [--orders 4] [--skip-live]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ WORKLOADS = ("humaneval", "code-edit", "prose", "math")
 BATCH_SIZES = (1, 2, 4, 8, 16)
 POLICIES = ("heuristic", "goodput", "bandit")
 MIXED_CYCLES = 2
+ORACLE_FINALISTS = 5  # static configs of the order-0 grid replayed in every request order
 LIVE_CELLS = (("code-edit", 4, "static:method=ngram,k=8"), ("humaneval", 2, "static:method=draft,k=4"),
               ("prose", 4, "static:method=off"), ("math", 1, "static:method=draft,k=2"), ("humaneval", 1, "goodput"),
               ("math", 2, "goodput"))
@@ -117,19 +122,44 @@ def mixed(groups: dict[str, list], batch_size: int) -> list:
     return out
 
 
-def evaluate(cells_in: dict[tuple[str, int], list], cost) -> tuple[dict, dict]:
-    """Per cell: the static grid (off first) and each policy. Returns (grid results, policy results)."""
-    from policies.registry import build_policy
-    from tuner.replay import oracle_cell, prepare, replay_cell
+def rotated(groups: dict[str, list], order: int) -> dict[str, list]:
+    """Each workload's recorded requests, the list rotated by ``order``."""
+    return {w: traces[order % len(traces):] + traces[:order % len(traces)] for w, traces in groups.items()}
 
-    grids, policies = {}, {}
-    for key, traces in cells_in.items():
-        prepared = prepare(traces)
-        _, grids[key] = oracle_cell(prepared, cost, key[1])
-        policies[key] = {name: replay_cell(prepared, build_policy(name, cost), cost, key[1], name)
-                         for name in POLICIES}
+
+def cells_for(groups: dict[str, list]) -> dict[tuple[str, int], list]:
+    cells = {(w, b): repeat(groups[w], max(len(groups[w]), 2 * b)) for w in WORKLOADS for b in BATCH_SIZES}
+    cells.update({("mixed", b): mixed(groups, b) for b in BATCH_SIZES})
+    return cells
+
+
+def evaluate(groups: dict[str, list], cost, orders: int) -> tuple[dict, dict, dict, int]:
+    """Per cell: the static grid on order 0 (off first), each policy in every request order, and the mean tokens/s
+    over the orders of off, the best global static and the grid's finalists. Returns (order-0 grids, policy results
+    by order, static means by grid index, the best global static's index)."""
+    from policies.registry import build_policy
+    from policies.static import StaticPolicy
+    from tuner.replay import oracle_cell, prepare, replay_cell
+    from tuner.replay.oracle import static_grid
+
+    by_order = [{key: prepare(traces) for key, traces in cells_for(rotated(groups, o)).items()} for o in range(orders)]
+    grids, policies, configs = {}, {}, {}
+    for key, prepared in by_order[0].items():
+        configs[key] = static_grid([t.trace for t in prepared])
+        _, grids[key] = oracle_cell(prepared, cost, key[1], configs[key])
+        policies[key] = {name: [replay_cell(cells[key], build_policy(name, cost), cost, key[1], name)
+                                for cells in by_order] for name in POLICIES}
         print(f"replayed {key[0]} B={key[1]}")
-    return grids, policies
+    best = best_global_static(grids)
+    statics = {}
+    for key, grid in grids.items():
+        finalists = sorted(range(len(grid)), key=lambda i: -grid[i].tokens_per_s)[:ORACLE_FINALISTS]
+        statics[key] = {}
+        for i in {0, best, *finalists}:
+            policy = StaticPolicy(configs[key][i])
+            runs = [grid[i]] + [replay_cell(cells[key], policy, cost, key[1], grid[i].policy) for cells in by_order[1:]]
+            statics[key][i] = sum(r.tokens_per_s for r in runs) / len(runs)
+    return grids, policies, statics, best
 
 
 def best_global_static(grids: dict) -> int:
@@ -202,28 +232,33 @@ def live_check(groups: dict, cost, models: Models) -> list[dict]:
     return rows
 
 
-def table(grids: dict, policies: dict, best: int) -> list[dict]:
+def table(grids: dict, policies: dict, statics: dict, best: int) -> list[dict]:
     rows = []
     for (workload, batch), grid in grids.items():
-        off = grid[0].tokens_per_s
-        oracle = max(grid, key=lambda r: r.tokens_per_s)
-        rel = {name: policies[(workload, batch)][name].tokens_per_s / off for name in POLICIES}
+        means = statics[(workload, batch)]
+        off, oracle = means[0], max(means, key=means.get)
+        runs = policies[(workload, batch)]
+        rel = {name: sum(r.tokens_per_s for r in runs[name]) / len(runs[name]) / off for name in POLICIES}
+        goodput = [r.tokens_per_s / means[oracle] for r in runs["goodput"]]
         rows.append({"workload": workload, "batch_size": batch, "off_tokens_per_s": off,
-                     "best_global_static": grid[best].tokens_per_s / off, **rel,
-                     "oracle": oracle.tokens_per_s / off, "oracle_config": oracle.config,
-                     "goodput_config": policies[(workload, batch)]["goodput"].config,
-                     "goodput_over_oracle": rel["goodput"] * off / oracle.tokens_per_s})
+                     "best_global_static": means[best] / off, **rel,
+                     "oracle": means[oracle] / off, "oracle_config": grid[oracle].config,
+                     "goodput_config": runs["goodput"][0].config,
+                     "goodput_over_oracle": rel["goodput"] * off / means[oracle],
+                     "goodput_over_oracle_by_order": goodput})
     return rows
 
 
 def cell_table(rows: list[dict]) -> list[str]:
     lines = ["| workload | B | off tok/s | best global static | heuristic | goodput | bandit | oracle | "
-             "goodput / oracle | oracle config | goodput's configs |",
+             "goodput / oracle (orders' range) | oracle config | goodput's configs (order 0) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        orders = r["goodput_over_oracle_by_order"]
         lines.append(f"| {r['workload']} | {r['batch_size']} | {r['off_tokens_per_s']:.2f} | "
                      f"{r['best_global_static']:.2f} | {r['heuristic']:.2f} | {r['goodput']:.2f} | {r['bandit']:.2f} | "
-                     f"{r['oracle']:.2f} | {r['goodput_over_oracle']:.2f} | {r['oracle_config']} | "
+                     f"{r['oracle']:.2f} | {r['goodput_over_oracle']:.2f} ({min(orders):.2f}-{max(orders):.2f}) | "
+                     f"{r['oracle_config']} | "
                      f"{r['goodput_config']} |")
     lines += ["", "Targets:", ""]
     per_cell = [r for r in rows if r["workload"] != "mixed"]
@@ -246,8 +281,10 @@ def markdown(rows: list[dict], held_out: list[dict], best_label: str, held_out_b
     lines = [f"# Policies on recorded traces ({TARGET} + {DRAFT}, {DTYPE})", "",
              f"{meta['prompts']} recorded prompts per workload, {meta['new_tokens']} new tokens max; a cell at batch "
              f"size B replays max(recorded, 2B) requests (recorded ones repeated). Decode tokens/s relative to off "
-             f"(no speculation), from replay priced by the calibrated cost model. Best global static: "
-             f"`{best_label}`.", ""]
+             f"(no speculation), from replay priced by the calibrated cost model, mean over {meta['orders']} request "
+             f"orders (the recorded list rotated: an adaptive policy's path depends on which requests share a step); "
+             f"the oracle is the static config with the best mean among the first order's {ORACLE_FINALISTS} "
+             f"fastest. Best global static: `{best_label}`.", ""]
     lines += cell_table(rows)
     if held_out:
         lines += ["", "## Held-out prompts", "",
@@ -307,6 +344,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--orders", type=int, default=4, help="request orders each cell is replayed in")
     parser.add_argument("--skip-live", action="store_true")
     args = parser.parse_args()
 
@@ -321,15 +359,13 @@ def main() -> None:
                                      ("held-out", slice(args.prompts, 2 * args.prompts), HELD_OUT)):
         groups = {w: traces_for(w, prompts, args.new_tokens, models, directory) for w in WORKLOADS}
         cost = cost or cost_model(models)
-        cells = {(w, b): repeat(groups[w], max(len(groups[w]), 2 * b)) for w in WORKLOADS for b in BATCH_SIZES}
-        cells.update({("mixed", b): mixed(groups, b) for b in BATCH_SIZES})
-        grids, policies = evaluate(cells, cost)
-        best = best_global_static(grids)
-        results[name] = (groups, grids, table(grids, policies, best), grids[next(iter(grids))][best].config)
+        grids, policies, statics, best = evaluate(groups, cost, args.orders)
+        results[name] = (groups, grids, table(grids, policies, statics, best), grids[next(iter(grids))][best].config)
     groups, grids, rows, best_label = results["main"]
     _, _, held_out, held_out_best = results["held-out"]
     live = [] if args.skip_live else live_check(groups, cost, models)
     meta = {"target": TARGET, "draft": DRAFT, "dtype": DTYPE, "prompts": args.prompts, "new_tokens": args.new_tokens,
+            "orders": args.orders,
             "best_global_static": best_label, "held_out_best_global_static": held_out_best,
             "engine": cost.engine.model_dump()}
     text = markdown(rows, held_out, best_label, held_out_best, live, meta)

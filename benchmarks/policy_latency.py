@@ -1,7 +1,7 @@
 """Microseconds per decide + observe for every policy (target: <= 50 us), on a synthetic but busy stream: 8
 concurrent requests over 2 workloads, contexts growing, acceptance varying step to step.
 
-    .venv/bin/python benchmarks/policy_latency.py [--steps 4000]
+    .venv/bin/python benchmarks/policy_latency.py [--steps 4000] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -67,13 +67,20 @@ def measure(spec: str, cost: CostModel, steps: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4000, help="engine steps per policy (8 decisions each)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds over all policies, interleaved")
     args = parser.parse_args()
     cost = cost_model()
-    print(f"{'policy':<30} {'median us':>10} {'p99 us':>10} {'decisions':>10}")
-    for spec in SPECS:
-        samples = sorted(measure(spec, cost, args.steps))
-        p99 = samples[int(0.99 * (len(samples) - 1))]
-        print(f"{spec:<30} {statistics.median(samples):>10.1f} {p99:>10.1f} {len(samples):>10}")
+    stats: dict[str, list[tuple[float, float, float]]] = {spec: [] for spec in SPECS}
+    for _ in range(args.repeats):  # the host's speed drifts: interleave the policies and repeat
+        for spec in SPECS:
+            samples = sorted(measure(spec, cost, args.steps))
+            stats[spec].append((statistics.median(samples), statistics.fmean(samples),
+                                samples[int(0.99 * (len(samples) - 1))]))
+    print(f"median over {args.repeats} rounds (range) of each round's statistic, {args.steps * BATCH} decisions each")
+    print(f"{'policy':<30} {'median us':>18} {'mean us':>18} {'p99 us':>20}")
+    for spec, rounds in stats.items():
+        cells = [f"{statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f})" for v in zip(*rounds, strict=True)]
+        print(f"{spec:<30} {cells[0]:>18} {cells[1]:>18} {cells[2]:>20}")
 
 
 if __name__ == "__main__":
