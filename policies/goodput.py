@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
-from operator import mul
+from operator import add, mul, truediv
 
 from pydantic import Field, field_validator
 
@@ -156,7 +156,7 @@ class _Workload:
         self.probe_step = 0  # the engine step ``probe_owners`` is for
         self.probe_owners: dict[int, str] = {}  # group -> the one request probing it in that step
         self.matched: dict[int, AcceptanceTable] = {}  # suffix-match bucket -> its acceptance
-        self.mix: dict[int, float] = {}  # suffix-match bucket -> share of recent steps in it (an EWMA)
+        self.mix: dict[int, float] = {}  # suffix-match bucket -> share of recent output tokens in it (an EWMA)
         self.deviations: dict[tuple[int, int], _Deviation] = {}  # (batch, match bucket) -> a request's choice
         # each group's ``_batch_acceptance`` for an epoch, computed by the observations just before it starts, one
         # group per observation (so that no single call computes them all)
@@ -346,9 +346,12 @@ class GoodputPolicy(Policy):
 
     def _batch_acceptance(self, work: _Workload, group: _Group) -> tuple[list[float], float, int]:
         """E[a] by depth, the n-gram fill (1 for a draft model) and the depth reach of ``group`` for a typical
-        request of the workload: the suffix-match buckets' estimates weighted by how often requests are in each.
+        request of the workload: the suffix-match buckets' estimates weighted by the share of the text in each.
         (The workload's own table is biased once requests deviate by bucket: a draft model would be observed mostly
-        where lookups fail.) Without buckets, the workload's table."""
+        where lookups fail.) Weighted by tokens, not by steps: a config that accepts 5 tokens where a file is being
+        copied passes through the copy in a fifth of the steps that off takes, so the share of steps spent there
+        depends on the config; steps seen under off would price a lookup as if copying lasted five times longer.
+        Without buckets, the workload's table."""
         if not work.matched:
             table = work.table
             fill = table.fill if group.method == "ngram" else 1.0
@@ -359,7 +362,9 @@ class GoodputPolicy(Policy):
         weights = [work.mix.get(m, 0.0) / total for m in work.matched] if total > 0 else \
             [1.0 / len(tables)] * len(tables)
         by_depth = [t.accepted_by_depth(group.method, group.tree, group.max_k) for t in tables]
-        accepted = [sum(map(mul, weights, column)) for column in zip(*by_depth, strict=True)]
+        ones = [1.0] * len(tables)
+        # a step emits 1 + E[a]: tokens per step over the text is the token-weighted harmonic mean
+        accepted = [1.0 / sum(map(truediv, weights, map(add, ones, column))) - 1.0 for column in zip(*by_depth)]
         fill = sum(map(mul, weights, [t.fill for t in tables])) if group.method == "ngram" else 1.0
         deepest = max(work.table.observed_depth(group.method), *(t.observed_depth(group.method) for t in tables))
         return accepted, fill, deepest + REACH
@@ -478,7 +483,7 @@ class GoodputPolicy(Policy):
             weight = max(self.options.decay, 1.0 / work.observations)
             work.mix.setdefault(match, 0.0)
             for m, share in work.mix.items():
-                work.mix[m] = share + weight * ((m == match) - share)
+                work.mix[m] = share + weight * (stats.emitted_tokens * (m == match) - share)
         tables = [work.table] if match is None else [work.table, self._matched(work, match)]
         ran = self._fold(tables, stats, decided)
         if ran is not None:
