@@ -197,3 +197,26 @@ def test_a_draft_step_capped_to_nothing_by_the_token_limit_is_not_a_miss():
     assert config.method == "draft"
     policy.observe(step_stats(config, 0, proposed=0))  # one token left: the engine drafted nothing, reports off
     assert policy.acceptance("w", "draft")[0] == before
+
+
+def test_a_batch_lookup_is_priced_by_the_share_of_text_copied_not_of_steps():
+    """Each request's text alternates 16 tokens being copied (a lookup's continuation is right) and 16 new ones (the
+    lookup finds nothing). Under off, half the steps are in copies; a lookup of 4 passes a copy in a fifth of the
+    steps, so it emits 32 tokens in 3.2 + 16 steps: 1.67 a step. On this verify curve a batch of 8 verifying 5
+    tokens each costs twice a plain step, so off wins; weighting the buckets by steps seen under off would price the
+    lookup at 3 tokens a step and copy."""
+    cost = linear_cost(per_token=0.000917)  # at B=8, 40 verified tokens cost 2x 8
+    policy = GoodputPolicy(cost, GoodputOptions(methods=("ngram",), ks=(4,)))
+    region, positions, decisions = 16, [7 * row for row in range(8)], []
+    for step in range(1, 401):
+        copying = [p % (2 * region) < region for p in positions]
+        configs = [policy.decide(context(f"r{row}", batch_size=8, output_len=p, suffix_match=9 if copy else 0))
+                   for row, (p, copy) in enumerate(zip(positions, copying))]
+        for row, (config, copy) in enumerate(zip(configs, copying)):
+            left = region - positions[row] % region  # tokens to the end of this copy or new stretch
+            accepted = min(config.k, left - 1) if copy and config.speculative else 0
+            policy.observe(step_stats(config, accepted, step=step, request_id=f"r{row}", batch_size=8,
+                                      proposed=None if copy else 0))
+            positions[row] += accepted + 1
+        decisions += configs
+    assert sum(not c.speculative for c in decisions[-800:]) >= 0.9 * 800
