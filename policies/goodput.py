@@ -21,9 +21,9 @@ draft-model pass, and the tokens its draft cache lacks after steps without the d
 forward feeds, padded across the batch; the other requests keep theirs). Draft probes pay that catch-up too, so they
 wait longer on a request that has not drafted for a while and go to one whose cache is current.
 
-The batch's choice itself is priced with the buckets' estimates weighted by how often
-requests are in each, since the workload-wide estimate is biased once requests deviate (a draft model ends up
-observed mostly where lookups fail).
+The batch's choice itself is priced with the buckets' estimates weighted by their share of
+the text (output tokens, not steps: a deep lookup passes a copied stretch in a few steps), since the workload-wide
+estimate is biased once requests deviate (a draft model ends up observed mostly where lookups fail).
 
 Estimates only move for what runs, so every other (method, tree) group, and speculation itself while off, is probed:
 a group's best config runs for one engine step, in one request of the batch, once ``loss / probe_budget`` engine
