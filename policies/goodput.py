@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import islice
 from operator import add, mul, truediv
 
 from pydantic import Field, field_validator
@@ -363,11 +364,13 @@ class GoodputPolicy(Policy):
             [1.0 / len(tables)] * len(tables)
         by_depth = [t.accepted_by_depth(group.method, group.tree, group.max_k) for t in tables]
         ones = [1.0] * len(tables)
+        reach = max(work.table.observed_depth(group.method), *(t.observed_depth(group.method) for t in tables)) + REACH
+        priced = next((k for k in group.ks if k >= reach), group.max_k)  # the deepest candidate ``_price_group`` reads
         # a step emits 1 + E[a]: tokens per step over the text is the token-weighted harmonic mean
-        accepted = [1.0 / sum(map(truediv, weights, map(add, ones, column))) - 1.0 for column in zip(*by_depth)]
+        accepted = [1.0 / sum(map(truediv, weights, map(add, ones, column))) - 1.0
+                    for column in islice(zip(*by_depth), priced + 1)]
         fill = sum(map(mul, weights, [t.fill for t in tables])) if group.method == "ngram" else 1.0
-        deepest = max(work.table.observed_depth(group.method), *(t.observed_depth(group.method) for t in tables))
-        return accepted, fill, deepest + REACH
+        return accepted, fill, reach
 
     def _catch_up(self, ctx: DecisionContext) -> int:
         """Tokens the draft model's cache lacks for this request (1 if it drafted last step; admission leaves one),
