@@ -347,6 +347,8 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=4, help="request orders each cell is replayed in")
     parser.add_argument("--skip-live", action="store_true")
     args = parser.parse_args()
+    if args.orders < 1:
+        parser.error("--orders: must be at least 1")
 
     import torch
 

@@ -69,6 +69,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4000, help="engine steps per policy (8 decisions each)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds over all policies, interleaved")
     args = parser.parse_args()
+    if args.repeats < 1 or args.steps < 10:
+        parser.error("--repeats must be at least 1 and --steps at least 10")
     cost = cost_model()
     stats: dict[str, list[tuple[float, float, float]]] = {spec: [] for spec in SPECS}
     for _ in range(args.repeats):  # the host's speed drifts: interleave the policies and repeat

@@ -53,16 +53,6 @@ class AcceptanceTable:
         return out
 
     def _accepted_by_depth(self, method: str, tree: TreeShape, k: int) -> list[float]:
-        if tree.is_chain and (method, 1) in self.alpha:  # width 1 reads its own estimates only
-            alpha, seen = self.alpha[(method, 1)], self.seen[(method, 1)]
-            out, accepted, run, value = [0.0], 0.0, 1.0, self.prior
-            for d in range(k):
-                if seen[d]:
-                    value = alpha[d]
-                run *= value
-                accepted += run
-                out.append(accepted)
-            return out
         out, accepted, run = [0.0], 0.0, 1.0
         chain = self._effective_for(method, 1) if tree.is_chain else None
         for depth in range(1, k + 1):

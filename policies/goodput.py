@@ -53,7 +53,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import islice
-from operator import add, mul, truediv
+from operator import mul
 
 from pydantic import Field, field_validator
 
@@ -288,11 +288,11 @@ class GoodputPolicy(Policy):
             return deviation.config
         # The draft pass's first forward also feeds what this request's draft cache lacks, padded across the batch.
         behind = self._catch_up_s(batch, bucket, catch_up)
-        choice, top = deviation.fallback, deviation.fallback_rate
+        pick, top = deviation.fallback, deviation.fallback_rate
         for config, tokens, seconds in deviation.drafts:
             if tokens / (seconds + behind) > top:
-                choice, top = config, tokens / (seconds + behind)
-        return choice
+                pick, top = config, tokens / (seconds + behind)
+        return pick
 
     def expected_tokens_per_s(self, workload: str, config: SpecConfig, batch_size: int, context_len: int) -> float:
         """The score ``choose`` ranks configs by (tokens per second of one request at this batch size)."""
@@ -363,11 +363,10 @@ class GoodputPolicy(Policy):
         weights = [work.mix.get(m, 0.0) / total for m in work.matched] if total > 0 else \
             [1.0 / len(tables)] * len(tables)
         by_depth = [t.accepted_by_depth(group.method, group.tree, group.max_k) for t in tables]
-        ones = [1.0] * len(tables)
         reach = max(work.table.observed_depth(group.method), *(t.observed_depth(group.method) for t in tables)) + REACH
         priced = next((k for k in group.ks if k >= reach), group.max_k)  # the deepest candidate ``_price_group`` reads
         # a step emits 1 + E[a]: tokens per step over the text is the token-weighted harmonic mean
-        accepted = [1.0 / sum(map(truediv, weights, map(add, ones, column))) - 1.0
+        accepted = [1.0 / sum(w / (1.0 + a) for w, a in zip(weights, column, strict=True)) - 1.0
                     for column in islice(zip(*by_depth), priced + 1)]
         fill = sum(map(mul, weights, [t.fill for t in tables])) if group.method == "ngram" else 1.0
         return accepted, fill, reach
