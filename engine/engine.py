@@ -177,8 +177,9 @@ class SpecEngine:
         t1 = time.perf_counter()
         rows = [([r.tokens[-1]] + tree.tokens, [-1] + [p + 1 for p in tree.parents])
                 for r, tree in zip(self._running, trees)]
-        hidden = self.kv.forward(Nodes.trees(rows, self.kv.device))  # [batch, 1 + max nodes, hidden]
-        logits = self.kv.logits(hidden)  # [batch, 1 + max nodes, vocab]
+        nodes = Nodes.trees(rows, self.kv.device)
+        hidden = self.kv.forward(nodes)  # [batch, 1 + max nodes, hidden]
+        logits = self.kv.logits(hidden[nodes.valid])  # [all nodes, vocab]: none for the padding of short rows
         verdicts = self._accept(trees, logits)
         t2 = time.perf_counter()
 
@@ -237,13 +238,16 @@ class SpecEngine:
         return trees
 
     def _accept(self, trees: list[DraftTree], logits: torch.Tensor) -> list[Acceptance]:
+        """``logits``: the target's at every row's root and tree nodes, row after row."""
         greedy_choice = logits.argmax(-1).tolist()
-        verdicts = []
-        for b, (r, tree) in enumerate(zip(self._running, trees)):
+        verdicts, start = [], 0
+        for r, tree in zip(self._running, trees):
+            end = start + 1 + len(tree)
             if r.request.params.greedy:
-                verdict = accept_greedy(tree, greedy_choice[b])
+                verdict = accept_greedy(tree, greedy_choice[start:end])
             else:
-                verdict = accept_sampled(tree, logits[b, : 1 + len(tree)], r.request.params, r.generator)
+                verdict = accept_sampled(tree, logits[start:end], r.request.params, r.generator)
+            start = end
             stop_at = next((i for i, n in enumerate(verdict.path) if tree.tokens[n] in r.stop_ids), None)
             if stop_at is not None:  # nothing after an accepted stop token counts
                 verdict.path = verdict.path[: stop_at + 1]

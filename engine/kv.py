@@ -208,36 +208,46 @@ class BatchKV:
 
     def extend(self, other: BatchKV) -> None:
         """Append ``other``'s rows (committed state only) after this cache's rows, left-padding the shorter side."""
-        if other.keys is None:
-            self._pad_rows(other.batch_size)
-            return
-        mine_k = self._committed(self.keys, other.keys)
-        mine_v = self._committed(self.values, other.values)
-        theirs_k = [k[:, :, : other.committed_slots] for k in other.keys]
-        theirs_v = [v[:, :, : other.committed_slots] for v in other.values]
-        width = max(self.committed_slots, other.committed_slots)
-        mine, theirs = width - self.committed_slots, width - other.committed_slots
-        self.keys = [torch.cat([_left_pad(a, mine), _left_pad(o, theirs)], 0) for a, o in zip(mine_k, theirs_k)]
-        self.values = [torch.cat([_left_pad(a, mine), _left_pad(o, theirs)], 0) for a, o in zip(mine_v, theirs_v)]
-        self.committed_valid = torch.cat([torch.nn.functional.pad(self.committed_valid, (mine, 0)),
-                                          torch.nn.functional.pad(other.committed_valid, (theirs, 0))], 0)
-        self.lengths = torch.cat([self.lengths, other.lengths])
+        self._become([self, other])
+
+    def feed_alone(self, rows: dict[int, list[int]]) -> None:
+        """Feed each of ``rows`` its tokens in a forward of its own and commit them. A long catch-up fed in the
+        batch's forward would be padded across every row. Call between steps: pending nodes are dropped."""
+        pieces = [self.copy_rows([b]) for b in range(self.batch_size)]
+        for b, tokens in rows.items():
+            if tokens:
+                pieces[b].forward(Nodes.chains([tokens], 0, self.device))
+                pieces[b].commit([list(range(len(tokens)))])
+        self._become(pieces)
+
+    def copy_rows(self, rows: list[int]) -> BatchKV:
+        """A new cache holding a copy of ``rows``' committed state."""
+        out = BatchKV(self.model, 0)
+        out.keys, out.values = self.keys, self.values
+        out.committed_valid, out.lengths = self.committed_valid, self.lengths
+        out.select(rows)  # index_select copies: ``out`` shares no storage with this cache
+        return out
+
+    def _become(self, pieces: list[BatchKV]) -> None:
+        """Hold the rows of ``pieces`` (committed state only), in order, each left-padded to the widest."""
+        width = max(p.committed_slots for p in pieces)
+        like = next((p.keys for p in pieces if p.keys is not None), None)
+        if like is not None:
+            pads = [width - p.committed_slots for p in pieces]
+            for name in ("keys", "values"):
+                per_piece = [p._committed(getattr(p, name), like) for p in pieces]
+                setattr(self, name, [torch.cat([_left_pad(t, n) for t, n in zip(layer, pads)], 0)
+                                     for layer in zip(*per_piece)])
+        self.committed_valid = torch.cat([torch.nn.functional.pad(p.committed_valid, (width - p.committed_slots, 0))
+                                          for p in pieces], 0)
+        self.lengths = torch.cat([p.lengths for p in pieces])
         self._reset_pending()
 
     def _committed(self, slabs: list[torch.Tensor] | None, like: list[torch.Tensor]) -> list[torch.Tensor]:
-        """This cache's committed entries per layer (empty ones shaped after ``like`` when it holds none yet)."""
+        """This cache's committed entries per layer (zeros shaped after ``like`` when it holds none yet)."""
         if slabs is None:
-            return [t.new_zeros(self.batch_size, t.shape[1], 0, t.shape[3]) for t in like]
+            return [t.new_zeros(self.batch_size, t.shape[1], self.committed_slots, t.shape[3]) for t in like]
         return [t[:, :, : self.committed_slots] for t in slabs]
-
-    def _pad_rows(self, n: int) -> None:
-        empty = self.committed_valid.new_zeros(n, self.committed_slots)
-        self.committed_valid = torch.cat([self.committed_valid, empty])
-        self.lengths = torch.cat([self.lengths, self.lengths.new_zeros(n)])
-        if self.keys is not None:
-            self.keys = [torch.cat([k, k.new_zeros(n, *k.shape[1:])]) for k in self.keys]
-            self.values = [torch.cat([v, v.new_zeros(n, *v.shape[1:])]) for v in self.values]
-        self._reset_pending()
 
 
 REPACK_MIN_GAP = 32  # gap slots tolerated before a repack, at least ...

@@ -201,6 +201,13 @@ class CostModel(BaseModel):
             nodes *= shape.branching_at(depth)
         return out
 
+    def catch_up_alone_s(self, missing: int, context_len: float) -> float:
+        """Seconds of the draft forward that feeds one request, on its own, the ``missing - 1`` tokens before the
+        root that its draft cache lacks (``engine.drafters.catch_up``); its root then joins the batch's pass."""
+        if self.draft is None:
+            raise ValueError("cost model has no draft-model grid (calibrate with --draft to price method=draft)")
+        return self.draft(1, missing - 1, context_len)
+
     @classmethod
     def from_json(cls, text: str | bytes) -> CostModel:
         return cls.model_validate_json(text)

@@ -18,7 +18,8 @@ acceptance is also kept per suffix-match bucket (``match_buckets``: lengths 0, 1
 request then deviates from the batch's choice when that raises the batch's tokens per second: it gains its bucket's
 E[a] and pays only what it adds to the step (a wider verify than the batch's, its lookup, a deeper or extra
 draft-model pass, and the tokens its draft cache lacks after steps without the draft model, which the pass's first
-forward feeds, padded across the batch; the other requests keep theirs). Draft probes pay that catch-up too, so they
+forward feeds padded across the batch, or a forward of its own when many are missing; the other requests keep
+theirs). Draft probes pay that catch-up too, so they
 wait longer on a request that has not drafted for a while and go to one whose cache is current.
 
 The batch's choice itself is priced with the buckets' estimates weighted by their share of
@@ -58,6 +59,7 @@ from operator import mul
 from pydantic import Field, field_validator
 
 from engine.config import SpecConfig, TreeShape
+from engine.drafters.catch_up import catches_up_alone
 from engine.policy import DecisionContext
 from engine.stats import StepStats
 from policies.acceptance import MAX_DEPTH, AcceptanceTable
@@ -265,7 +267,7 @@ class GoodputPolicy(Policy):
         catch_up = self._catch_up(ctx)
         for group, config, gap in probes:
             if config.method == "draft" and catch_up > 1:
-                # a draft probe also feeds what this request's draft cache lacks, padded across the batch
+                # a draft probe also feeds what this request's draft cache lacks
                 extra = self._catch_up_s(batch, bucket, catch_up)
                 gap += extra / (best.seconds + extra) / self.options.probe_budget
             if work.step - work.last_run[group] >= gap:
@@ -286,7 +288,7 @@ class GoodputPolicy(Policy):
             work.deviations[(batch, match)] = deviation
         if not deviation.drafts or catch_up <= 1:
             return deviation.config
-        # The draft pass's first forward also feeds what this request's draft cache lacks, padded across the batch.
+        # The draft pass also feeds what this request's draft cache lacks.
         behind = self._catch_up_s(batch, bucket, catch_up)
         pick, top = deviation.fallback, deviation.fallback_rate
         for config, tokens, seconds in deviation.drafts:
@@ -424,13 +426,19 @@ class GoodputPolicy(Policy):
                           fallback, fallback_top)
 
     def _catch_up_s(self, batch: int, bucket: int, catch_up: int) -> float:
-        """Extra seconds of a draft pass whose first forward feeds ``catch_up`` tokens per row instead of 1."""
+        """Extra seconds of a draft pass when one request's draft cache lacks ``catch_up`` tokens: its first forward
+        feeds them padded across the batch, or a row far behind catches up in a forward of its own."""
         key = (batch, bucket, catch_up)
         value = self._catch_up_cost.get(key)
         if value is None:
             context = (bucket + 0.5) * CONTEXT_BUCKET
-            value = self.cost.draft_s(batch, 1, context, "draft", catch_up=catch_up) \
-                - self.cost.draft_s(batch, 1, context, "draft") if catch_up > 1 else 0.0
+            if catches_up_alone(batch, catch_up):
+                value = self.cost.catch_up_alone_s(catch_up, context)
+            elif catch_up > 1:
+                value = self.cost.draft_s(batch, 1, context, "draft", catch_up=catch_up) \
+                    - self.cost.draft_s(batch, 1, context, "draft")
+            else:
+                value = 0.0
             self._catch_up_cost[key] = value
         return value
 

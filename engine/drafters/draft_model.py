@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.drafters.base import Drafter, DraftInput
+from engine.drafters.catch_up import catches_up_alone
 from engine.kv import BatchKV, Nodes
 from engine.sampling import sample, to_probs
 from engine.tree import DraftTree
@@ -41,6 +42,11 @@ class DraftModelDrafter(Drafter):
         states = {job.row: _RowDraft(job) for job in inputs}
         self._rows = states
         lengths = self.kv.lengths.tolist()
+        behind = {b: st.job.tokens[lengths[b]:-1] for b, st in states.items()
+                  if catches_up_alone(self.kv.batch_size, len(st.job.tokens) - lengths[b])}
+        if behind:
+            self.kv.feed_alone(behind)
+            lengths = self.kv.lengths.tolist()
         catch_up = [states[b].job.tokens[lengths[b]:] if b in states else [] for b in range(self.kv.batch_size)]
         hidden = self.kv.forward(Nodes.chains(catch_up, 0, self.kv.device))
         last = [(b, len(catch_up[b]) - 1) for b in states]

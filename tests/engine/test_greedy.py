@@ -95,6 +95,42 @@ def test_config_changes_mid_stream(target, reference):
     assert outputs == reference
 
 
+class LongGaps:
+    """Drafts every 24th step of a request and runs off in between, so each draft pass finds the draft model's
+    cache 24 tokens behind: far enough to catch up alone (``engine.drafters.catch_up``)."""
+
+    def decide(self, ctx: DecisionContext) -> SpecConfig:
+        return SpecConfig(method="draft", k=3) if ctx.request_step % 24 == 0 else SpecConfig()
+
+    def observe(self, stats: StepStats) -> None:
+        return None
+
+
+def test_drafting_resumes_losslessly_after_the_draft_cache_fell_far_behind(target):
+    prompts, new_tokens = PROMPTS[:3], 60
+    engine = SpecEngine(target, tiny_model(1), policy=LongGaps(), max_batch=3)
+    drafter = engine.drafters["draft"]
+    jobs, fed_alone = {}, []
+    propose, feed_alone = drafter.propose, drafter.kv.feed_alone
+
+    def logged_propose(inputs):
+        jobs.update({job.row: job for job in inputs})
+        return propose(inputs)
+
+    def logged_feed_alone(rows):
+        lengths = drafter.kv.lengths.tolist()
+        # exactly what the row's draft cache lacks, but its root (which the batch's draft pass feeds)
+        assert all(tokens == jobs[b].tokens[lengths[b]:-1] and len(tokens) >= 16 for b, tokens in rows.items())
+        fed_alone.append(len(rows))
+        feed_alone(rows)
+
+    drafter.propose, drafter.kv.feed_alone = logged_propose, logged_feed_alone
+    outputs, summaries = run(engine, SpecConfig(), prompts, new_tokens)
+    assert outputs == [plain_greedy(target, p, new_tokens) for p in prompts]
+    assert fed_alone
+    assert all(s.accepted_tokens == s.draft_tokens > 0 for s in summaries)  # self-draft accepts everything
+
+
 def test_requests_join_and_leave_mid_batch(target):
     engine = SpecEngine(target, tiny_model(1), max_batch=3)
     lengths = [5, 17, 9, 12, 3, 20]

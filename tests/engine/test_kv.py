@@ -90,3 +90,15 @@ def test_uneven_acceptance_leaves_bounded_gaps_and_right_logits(model):
     logits = kv.logits(kv.forward(Nodes.chains([[60], [61]], 0, kv.device)))
     assert torch.allclose(logits[0, 0], full_logits(model, seqs[0] + [60])[-1], atol=1e-4)
     assert torch.allclose(logits[1, 0], full_logits(model, seqs[1] + [61])[-1], atol=1e-4)
+
+
+def test_a_row_fed_alone_joins_the_batch_with_the_right_logits(model):
+    kv = BatchKV(model, 0)
+    kv.prefill([[1, 2, 3], [4, 5, 6, 7, 8], [9]])
+    behind = {0: list(range(20, 45)), 2: [50, 51]}  # row 1 is fed nothing
+    kv.feed_alone(behind)
+    assert kv.lengths.tolist() == [28, 5, 3]
+    logits = kv.logits(kv.forward(Nodes.chains([[60], [61, 62], [63]], 0, kv.device)))
+    assert torch.allclose(logits[0, 0], full_logits(model, [1, 2, 3] + behind[0] + [60])[-1], atol=1e-4)
+    assert torch.allclose(logits[1, :2], full_logits(model, [4, 5, 6, 7, 8, 61, 62])[-2:], atol=1e-4)
+    assert torch.allclose(logits[2, 0], full_logits(model, [9, 50, 51, 63])[-1], atol=1e-4)

@@ -71,10 +71,10 @@ def live(models, policy: SpecPolicy, max_batch: int) -> dict[str, list[int]]:
     return {rid: tokens for rid, (tokens, _) in result.items()}
 
 
-def record_traces(models, outputs: dict[str, list[int]]) -> list[Trace]:
+def record_traces(models, outputs: dict[str, list[int]], new_tokens: int = NEW_TOKENS) -> list[Trace]:
     """The real recorder's traces, whose greedy outputs must be the live run's."""
     target, draft = models
-    traces = record(target, draft, "w", [str(i) for i in range(len(PROMPTS))], PROMPTS, NEW_TOKENS,
+    traces = record(target, draft, "w", [str(i) for i in range(len(PROMPTS))], PROMPTS, new_tokens,
                     rank_cap=RANK_CAP, max_batch=2)
     assert {t.request_id: list(t.output_ids) for t in traces} == outputs
     return traces
@@ -120,43 +120,66 @@ def test_policy_decides_the_same_live_and_in_replay(models, spec):
 
 
 class Alternating:
-    """Drafts with the model every third step of a request and looks up n-grams otherwise, so the draft model's cache
-    falls behind by whatever the lookups emitted."""
+    """Drafts with the model every ``period``-th step of a request and runs ``between`` otherwise, so the draft
+    model's cache falls behind by whatever the steps between emitted."""
+
+    def __init__(self, period: int, between: SpecConfig) -> None:
+        self.period, self.between = period, between
 
     def decide(self, ctx: DecisionContext) -> SpecConfig:
-        return SpecConfig(method="draft" if ctx.request_step % 3 == 0 else "ngram", k=3, min_n=1, max_n=2)
+        return SpecConfig(method="draft", k=3) if ctx.request_step % self.period == 0 else self.between
 
     def observe(self, stats: StepStats) -> None:
         return None
 
 
 class CatchUpLog(CostModel):
-    """A cost model that logs the catch-up of every draft-model pass the replay prices."""
+    """A cost model that logs, per draft-model pass the replay prices, its first forward's catch-up and the rows
+    priced as catching up alone."""
 
     def draft_s(self, batch_size, k, context_len, method, tree=None, catch_up=1) -> float:
         if method == "draft":
-            PRICED_CATCH_UP.append(catch_up)
+            PRICED.append((catch_up, []))
         return super().draft_s(batch_size, k, context_len, method, tree, catch_up)
 
+    def catch_up_alone_s(self, missing, context_len) -> float:
+        PRICED[-1][1].append(missing)
+        return super().catch_up_alone_s(missing, context_len)
 
-PRICED_CATCH_UP: list[int] = []
+
+PRICED: list[tuple[int, list[int]]] = []
 
 
-def test_replay_prices_the_catch_up_the_engine_feeds_its_draft_model(models):
+@pytest.mark.parametrize("policy, new_tokens", [
+    (lambda: Alternating(3, SpecConfig(method="ngram", k=3, min_n=1, max_n=2)), NEW_TOKENS),
+    (lambda: Alternating(20, SpecConfig()), 48),  # 20 tokens behind: rows catch up alone
+], ids=["lookups-between", "far-behind"])
+def test_replay_prices_the_catch_up_the_engine_feeds_its_draft_model(models, policy, new_tokens):
     target, draft = models
-    engine = SpecEngine(target, draft, policy=Alternating(), max_batch=2)
-    drafter = engine.drafters["draft"]
-    propose, fed = drafter.propose, []
+    engine = SpecEngine(target, draft, policy=policy(), max_batch=2)
+    kv = engine.drafters["draft"].kv
+    propose, feed_alone, forward = engine.drafters["draft"].propose, kv.feed_alone, kv.forward
+    fed: list[tuple[int, list[int]]] = []
 
-    def logged(inputs):
-        lengths = drafter.kv.lengths.tolist()
-        fed.append(max(len(job.tokens) - lengths[job.row] for job in inputs))
+    def logged_propose(inputs):
+        fed.append((0, []))
         return propose(inputs)
 
-    drafter.propose = logged
-    done = engine.run([Request(str(i), p, SamplingParams(max_new_tokens=NEW_TOKENS)) for i, p in enumerate(PROMPTS)])
-    traces = record_traces(models, {rid: tokens for rid, (tokens, _) in done.items()})
-    PRICED_CATCH_UP.clear()
-    replay_cell(traces, Alternating(), CatchUpLog(**COST.model_dump()), 2, "catch-up")
-    assert PRICED_CATCH_UP == fed
-    assert max(fed) > 1  # the lookups' tokens were fed to the draft model later
+    def logged_feed_alone(rows):
+        fed[-1][1].extend(sorted(len(tokens) + 1 for tokens in rows.values()))  # + the root, fed with the batch
+        feed_alone(rows)
+
+    def logged_forward(nodes):
+        if fed[-1][0] == 0:  # the pass's first forward: its width is the widest catch-up
+            fed[-1] = (nodes.tokens.shape[1], fed[-1][1])
+        return forward(nodes)
+
+    engine.drafters["draft"].propose, kv.feed_alone, kv.forward = logged_propose, logged_feed_alone, logged_forward
+    requests = [Request(str(i), p, SamplingParams(max_new_tokens=new_tokens)) for i, p in enumerate(PROMPTS)]
+    done = engine.run(requests)
+    traces = record_traces(models, {rid: tokens for rid, (tokens, _) in done.items()}, new_tokens)
+    PRICED.clear()
+    replay_cell(traces, policy(), CatchUpLog(**COST.model_dump()), 2, "catch-up")
+    assert [(c, sorted(alone)) for c, alone in PRICED] == fed
+    assert max(c for c, _ in fed) > 1  # the draft model caught up on tokens emitted without it
+    assert any(alone for _, alone in fed) == (new_tokens == 48)

@@ -11,9 +11,10 @@ joins at the next step (prefill is not priced: tokens/s is decode throughput). E
 2. each request's outcome comes from ``ReplayTrace.step`` (exact for chains, static trees and n-gram);
 3. the step costs ``draft_s + verify_s``: per method in use, ``cost.draft_s`` at the deepest proposal of that method
    (the draft model's forward runs over all B rows, padded, and its first forward feeds each drafting row the tokens
-   its cache has not seen: 1 after a draft step, more after steps with another method; n-gram lookups are priced per
-   request that ran one), plus ``cost.verify_s(B, B * max(1 + nodes_i), max context)`` (the batch is padded to its
-   widest row and attends over the longest cache), plus the engine's per-step overhead ``cost.overhead_s(B)``;
+   its cache has not seen: 1 after a draft step, more after steps with another method, and a row missing more than
+   ``engine.drafters.catch_up.ALONE_AFTER`` is first fed alone; n-gram lookups are priced per request that ran
+   one), plus ``cost.verify_s(B, B * max(1 + nodes_i), max context)`` (the batch is padded to its widest row and
+   attends over the longest cache), plus the engine's per-step overhead ``cost.overhead_s(B)``;
 4. ``policy.observe(StepStats(...))`` per request, in the same order, with the step's shared times and the simulated
    clock as timestamp.
 """
@@ -26,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.config import OFF, SpecConfig
+from engine.drafters.catch_up import catches_up_alone
 from engine.policy import DecisionContext, SpecPolicy, reads_suffix_match
 from engine.stats import StepStats
 from policies.cost_model import CostModel
@@ -93,15 +95,18 @@ def summarize_configs(configs: Counter[str]) -> str:
 def _draft_seconds(cost: CostModel, batch: int, context: int, running: list[_Running], configs: list[SpecConfig],
                    outcomes: list[Outcome]) -> float:
     """Drafting time of one step: the draft model drafts the batch's deepest (and widest) proposal for all rows at
-    once, its first forward feeding each drafting row the tokens its cache has not seen; each n-gram lookup is
-    priced on its own."""
+    once, its first forward feeding each drafting row the tokens its cache has not seen (a row far behind catches up
+    alone first); each n-gram lookup is priced on its own."""
     total = 0.0
     drafted = [(r, cfg, out) for r, cfg, out in zip(running, configs, outcomes) if cfg.method == "draft" and out.asked]
     if drafted:
         deepest = max(out.depth for _, _, out in drafted)
         widest = max(drafted, key=lambda row: row[2].nodes)[1].tree
-        catch_up = max(r.trace.prompt_len + r.p - r.drafted_to for r, _, _ in drafted)
+        missing = [r.trace.prompt_len + r.p - r.drafted_to for r, _, _ in drafted]
+        alone = [m for m in missing if catches_up_alone(batch, m)]
+        catch_up = max((m for m in missing if not catches_up_alone(batch, m)), default=1)
         total += cost.draft_s(batch, deepest, context, "draft", widest, catch_up)
+        total += sum(cost.catch_up_alone_s(m, context) for m in alone)
     lookups = sum(1 for cfg, out in zip(configs, outcomes) if cfg.method == "ngram" and out.asked)
     if lookups:
         total += cost.draft_s(lookups, 1, context, "ngram")
