@@ -210,6 +210,10 @@ class BatchKV:
         """Append ``other``'s rows (committed state only) after this cache's rows, left-padding the shorter side."""
         self._become([self, other])
 
+    def add_empty_rows(self, n: int) -> None:
+        """Append ``n`` rows holding nothing yet."""
+        self._become([self, BatchKV(self.model, n)])
+
     def feed_alone(self, rows: dict[int, list[int]]) -> None:
         """Feed each of ``rows`` its tokens in a forward of its own and commit them. A long catch-up fed in the
         batch's forward would be padded across every row. Call between steps: pending nodes are dropped."""

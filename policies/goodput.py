@@ -374,8 +374,9 @@ class GoodputPolicy(Policy):
         return accepted, fill, reach
 
     def _catch_up(self, ctx: DecisionContext) -> int:
-        """Tokens the draft model's cache lacks for this request (1 if it drafted last step; admission leaves one),
-        rounded up to a power of two so that deviations stay cacheable."""
+        """Tokens the draft model's cache lacks for this request (1 if it drafted last step), rounded up to a power
+        of two so that deviations stay cacheable. The prompt is left out for a request that has not drafted yet: the
+        draft model's prefill is paid once whenever the request first drafts, so no one step should carry it."""
         behind = ctx.output_len - self._drafted_to.get(ctx.request_id, -1)
         return 1 << max(behind - 1, 0).bit_length()
 

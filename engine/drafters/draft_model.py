@@ -26,6 +26,9 @@ class _RowDraft:
 
 
 class DraftModelDrafter(Drafter):
+    """Rows join with an empty draft cache: a row's first draft pass feeds it the prompt and whatever was emitted
+    since, like any other catch-up, so a request that never drafts never pays for the draft model's prefill."""
+
     method = "draft"
 
     def __init__(self, model) -> None:
@@ -33,7 +36,7 @@ class DraftModelDrafter(Drafter):
         self._rows: dict[int, _RowDraft] = {}
 
     def admit(self, prompts: list[list[int]]) -> None:
-        self.kv.prefill([p[:-1] for p in prompts])
+        self.kv.add_empty_rows(len(prompts))
 
     def retain(self, rows: list[int]) -> None:
         self.kv.select(rows)

@@ -46,9 +46,9 @@ def test_single_request_chain_steps_and_prices():
     cell = replay_cell([trace], policy, COST, 1, "static")
     # depths 3, 3, 2, 1 at p = 0, 3, 7, 8 (see test_replay_outcome); context = 70 + p - 1
     expected = [(3, 2, 69), (3, 3, 72), (2, 0, 76), (1, 1, 77)]
-    # the draft's first forward feeds what its cache lacks: the root, plus the deepest accepted node (never fed to
-    # the draft) after the fully accepted second step
-    catch_up = [1, 1, 2, 1]
+    # the draft's first forward feeds what its cache lacks: the whole prompt on the first step (the draft cache starts
+    # empty), the root, plus the deepest accepted node (never fed to the draft) after the fully accepted second step
+    catch_up = [70, 1, 2, 1]
     seconds = sum(draft_forward(1, fed, ctx) + (depth - 1) * draft_forward(1, 1, ctx) + verify(1, 1 + depth, ctx)
                   for (depth, _, ctx), fed in zip(expected, catch_up))
     assert [(s.k, s.accepted_tokens, s.context_len) for s in policy.stats] == expected
@@ -94,7 +94,8 @@ def test_step_stats_match_the_engine_fields():
     assert (first.request_id, first.workload, first.batch_size, first.method) == ("x", "code", 1, "draft")
     assert first.accepted_per_position == (1, 1, 0)
     assert (first.draft_tokens, first.verify_tokens, first.batch_verify_tokens, first.emitted_tokens) == (3, 4, 4, 3)
-    assert first.draft_s == pytest.approx(3 * draft_forward(1, 1, 69))
+    # the draft cache starts empty: the first pass feeds the whole prompt
+    assert first.draft_s == pytest.approx(draft_forward(1, 70, 69) + 2 * draft_forward(1, 1, 69))
     assert first.verify_s == pytest.approx(verify(1, 4, 69))
 
 
@@ -107,8 +108,9 @@ def test_mixed_methods_share_the_step():
     d, n = policy.stats[:2]
     assert n.method == "off" and n.draft_tokens == 0  # the lookup finds nothing in these tokens
     # the draft model drafts for the whole (padded) batch; the n-gram lookup is priced per request that ran one; the
-    # verify forward is padded to the widest row (1 + 2 nodes)
-    assert d.draft_s == pytest.approx(2 * draft_forward(2, 1, 69) + 2e-5)
+    # verify forward is padded to the widest row (1 + 2 nodes). The draft cache starts empty and d's prompt is far
+    # behind, so it catches up alone first (all but the root, which the shared pass feeds)
+    assert d.draft_s == pytest.approx(draft_forward(1, 69, 69) + 2 * draft_forward(2, 1, 69) + 2e-5)
     assert d.verify_s == pytest.approx(verify(2, 2 * 3, 69))
     assert d.draft_s == n.draft_s and d.verify_s == n.verify_s
 

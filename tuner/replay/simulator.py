@@ -1,7 +1,8 @@
 """Replay recorded requests through a policy with continuous batching, step by step, priced by a cost model.
 
 One cell = one workload at one batch size B: B requests run concurrently; when one finishes, the workload's next trace
-joins at the next step (prefill is not priced: tokens/s is decode throughput). Every step does what the engine does:
+joins at the next step (the target's prefill is not priced: tokens/s is decode throughput; the draft model's cache
+starts empty and is filled by a request's first draft pass, as in the engine). Every step does what the engine does:
 
 1. for every running request, in admission order, ``policy.decide(DecisionContext(...))`` with ``batch_size`` = the
    running requests, ``context_len`` = prompt_len + p - 1 (the tokens in its KV cache: the root, the last emitted
@@ -66,7 +67,7 @@ class _Running:
         self.p = 0
         self.steps = 0
         self.last: StepStats | None = None
-        self.drafted_to = trace.prompt_len - 1  # tokens in the draft model's cache (admission prefills all but one)
+        self.drafted_to = 0  # tokens in the draft model's cache: it is filled when the request first drafts
 
 
 def check_identity(traces: Iterable[Trace], cost: CostModel) -> None:
