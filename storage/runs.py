@@ -45,6 +45,12 @@ def finish_run(session: Session, run_id: int, status: str, *, result: dict[str, 
     return to_record(name, row)
 
 
+def fail_run(session: Session, run_id: int, exc: BaseException) -> TuningRunRecord:
+    """Close a running run that ``exc`` ended: cancelled on Ctrl-C, failed otherwise, with the error's text."""
+    status = "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed"
+    return finish_run(session, run_id, status, error=f"{type(exc).__name__}: {exc}"[:2000])
+
+
 def get_run(session: Session, run_id: int) -> TuningRunRecord:
     return to_record(*_run(session, run_id))
 

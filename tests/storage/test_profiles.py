@@ -249,3 +249,14 @@ def test_tuning_runs_start_finish_once_and_filter(db: Database) -> None:
         runs.start_run(s, "chat", "guess")
     with pytest.raises(ValueError, match="status: a run finishes as one of"), db.session() as s:
         runs.finish_run(s, second.id, "running")
+
+
+def test_a_run_ended_by_an_exception_is_cancelled_on_ctrl_c_and_failed_otherwise(db: Database) -> None:
+    with db.session() as s:
+        interrupted = runs.start_run(s, "chat", "replay")
+        crashed = runs.start_run(s, "chat", "live")
+    with db.session() as s:
+        cancelled = runs.fail_run(s, interrupted.id, KeyboardInterrupt())
+        failed = runs.fail_run(s, crashed.id, ValueError("x" * 3000))
+    assert (cancelled.status, cancelled.error) == ("cancelled", "KeyboardInterrupt: ")
+    assert failed.status == "failed" and failed.error == ("ValueError: " + "x" * 3000)[:2000]

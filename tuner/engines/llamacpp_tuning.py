@@ -29,7 +29,7 @@ from engine.config import OFF, SpecConfig
 from storage.db import Database
 from storage.identity import EngineIdentity
 from storage.profiles import put_profile
-from storage.runs import finish_run, start_run
+from storage.runs import fail_run, finish_run, start_run
 from storage.schemas import BucketMeasurement, Measurements, ProfileCreate, ProfileRecord, Provenance
 from tuner.engines.base import EngineAdapter, RequestTiming
 from tuner.workloads import prompt_texts, shipped_prompts
@@ -181,8 +181,7 @@ def tune_llamacpp(engine: EngineAdapter, workload: str, prompts: Sequence[str], 
                                         min_gain=min_gain, has_draft=has_draft, log=log)
         except BaseException as exc:
             with db.session() as s:
-                finish_run(s, run.id, "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed",
-                           error=f"{type(exc).__name__}: {exc}"[:2000])
+                fail_run(s, run.id, exc)
             raise
         with db.session() as s:
             finish_run(s, run.id, "succeeded", result={"study": name, "chosen": result.chosen.label(),

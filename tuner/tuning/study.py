@@ -26,7 +26,7 @@ from policies.cost_model import CostModel
 from storage.db import Database
 from storage.identity import PORTABLE, EngineIdentity
 from storage.profiles import put_profile
-from storage.runs import finish_run, start_run
+from storage.runs import fail_run, finish_run, start_run
 from storage.schemas import ProfileCreate, ProfileRecord, Provenance, check_workload_name
 from tuner.engines.base import EngineAdapter, UnsupportedConfigError
 from tuner.traces import Trace
@@ -203,8 +203,7 @@ def tune(workload: str, trials: int, *, source: str = "replay", objective: str =
                                                          prompts, max_tokens, identity, source)
         except BaseException as exc:
             with db.session() as s:
-                finish_run(s, run.id, "cancelled" if isinstance(exc, KeyboardInterrupt) else "failed",
-                           error=f"{type(exc).__name__}: {exc}"[:2000])
+                fail_run(s, run.id, exc)
             raise
         with db.session() as s:
             finish_run(s, run.id, "cancelled" if result.stopped else "succeeded", result=_summary(result))
