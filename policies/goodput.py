@@ -20,7 +20,10 @@ E[a] and pays only what it adds to the step (a wider verify than the batch's, it
 draft-model pass, and the tokens its draft cache lacks after steps without the draft model, which the pass's first
 forward feeds padded across the batch, or a forward of its own when many are missing; the other requests keep
 theirs). Draft probes pay that catch-up too, so they
-wait longer on a request that has not drafted for a while and go to one whose cache is current.
+wait longer on a request that has not drafted for a while and go to one whose cache is current. A request that never
+drafted has an empty draft cache (the engine fills it at the request's first draft pass), so its first draft feeds
+the whole prompt: a probe carries that whole, a deviation the share of it that one step's tokens are of the
+request's expected remaining output (the workload's mean output so far, less what the request has emitted).
 
 The batch's choice itself is priced with the buckets' estimates weighted by their share of
 the text (output tokens, not steps: a deep lookup passes a copied stretch in a few steps), since the workload-wide
@@ -147,7 +150,7 @@ class _Workload:
     """What the policy knows about one workload."""
 
     __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_step", "probe_owners",
-                 "matched", "mix", "deviations", "acceptance")
+                 "matched", "mix", "deviations", "acceptance", "requests", "emitted")
 
     def __init__(self, table: AcceptanceTable, groups: int) -> None:
         self.table = table
@@ -164,6 +167,14 @@ class _Workload:
         # each group's ``_batch_acceptance`` for an epoch, computed by the observations just before it starts, one
         # group per observation (so that no single call computes them all)
         self.acceptance: list[tuple[int, tuple[list[float], float, int]] | None] = [None] * groups
+        self.requests = 0  # requests seen taking their first step
+        self.emitted = 0  # tokens they have emitted so far
+
+    @property
+    def mean_output(self) -> float:
+        """Output tokens per request so far; requests still running pull it low, which errs on the side of not
+        starting the draft model's cache for a request."""
+        return self.emitted / self.requests if self.requests else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +209,7 @@ class _Deviation:
     drafts: list[tuple[SpecConfig, float, float]]
     fallback: SpecConfig  # the best config without the draft model
     fallback_rate: float  # its batch tokens per second (off's with the margin speculation must beat)
+    others_tokens: float  # of the batch tokens per step, those of the other requests
 
 
 @dataclass(frozen=True)
@@ -265,10 +277,11 @@ class GoodputPolicy(Policy):
             work.choices[(batch, bucket)] = choice
         best, probes = choice.best, choice.probes
         catch_up = self._catch_up(ctx)
+        cold = ctx.request_id not in self._drafted_to  # its draft cache is empty: the first draft pass fills it
         for group, config, gap in probes:
-            if config.method == "draft" and catch_up > 1:
+            if config.method == "draft" and (cold or catch_up > 1):
                 # a draft probe also feeds what this request's draft cache lacks
-                extra = self._catch_up_s(batch, bucket, catch_up)
+                extra = self._catch_up_s(batch, bucket, self._first_draft(ctx) if cold else catch_up)
                 gap += extra / (best.seconds + extra) / self.options.probe_budget
             if work.step - work.last_run[group] >= gap:
                 # One request per step probes a group: in a batch of B, B simultaneous probes would cost B times as
@@ -286,11 +299,21 @@ class GoodputPolicy(Policy):
                 (not evaluated and (deviation.epoch, deviation.bucket) != (epoch, bucket)):
             deviation = self._deviate(work, self._matched(work, match), best, batch, bucket, epoch)
             work.deviations[(batch, match)] = deviation
-        if not deviation.drafts or catch_up <= 1:
+        if not deviation.drafts or (catch_up <= 1 and not cold):
             return deviation.config
-        # The draft pass also feeds what this request's draft cache lacks.
-        behind = self._catch_up_s(batch, bucket, catch_up)
+        # The draft pass also feeds what this request's draft cache lacks. Filling an empty one (the prompt and all
+        # output so far) is paid once and serves the rest of the request, so a step carries the share of it that
+        # its own tokens are of the request's expected remaining output.
         pick, top = deviation.fallback, deviation.fallback_rate
+        if cold:
+            first = self._catch_up_s(batch, bucket, self._first_draft(ctx))
+            remaining = max(self._workload(ctx.workload).mean_output - ctx.output_len, 1.0)
+            for config, tokens, seconds in deviation.drafts:
+                rate = tokens / (seconds + first * (tokens - deviation.others_tokens) / remaining)
+                if rate > top:
+                    pick, top = config, rate
+            return pick
+        behind = self._catch_up_s(batch, bucket, catch_up)
         for config, tokens, seconds in deviation.drafts:
             if tokens / (seconds + behind) > top:
                 pick, top = config, tokens / (seconds + behind)
@@ -375,10 +398,15 @@ class GoodputPolicy(Policy):
 
     def _catch_up(self, ctx: DecisionContext) -> int:
         """Tokens the draft model's cache lacks for this request (1 if it drafted last step), rounded up to a power
-        of two so that deviations stay cacheable. The prompt is left out for a request that has not drafted yet: the
-        draft model's prefill is paid once whenever the request first drafts, so no one step should carry it."""
+        of two so that their prices stay cacheable. A request that has not drafted yet is ``cold`` in ``choose``
+        and priced by ``_first_draft`` instead."""
         behind = ctx.output_len - self._drafted_to.get(ctx.request_id, -1)
         return 1 << max(behind - 1, 0).bit_length()
+
+    @staticmethod
+    def _first_draft(ctx: DecisionContext) -> int:
+        """Tokens an empty draft cache lacks (the prompt and the output so far), rounded up to a multiple of 32."""
+        return -(-(ctx.prompt_len + ctx.output_len) // 32) * 32
 
     def _deviate(self, work: _Workload, table: AcceptanceTable, batch_best: _Priced, batch: int,
                  bucket: int, epoch: int) -> _Deviation:
@@ -424,7 +452,7 @@ class GoodputPolicy(Policy):
             drafts = []
         return _Deviation(epoch, bucket, batch_best.config, choice,
                           [(c, tokens, seconds) for c, tokens, seconds, rate in drafts if rate > fallback_top],
-                          fallback, fallback_top)
+                          fallback, fallback_top, others_tokens)
 
     def _catch_up_s(self, batch: int, bucket: int, catch_up: int) -> float:
         """Extra seconds of a draft pass when one request's draft cache lacks ``catch_up`` tokens: its first forward
@@ -489,6 +517,9 @@ class GoodputPolicy(Policy):
                      pending.output_len + min(stats.accepted_tokens, max(stats.k - 1, 0)))
         work = self._workload(stats.workload)
         work.observations += 1
+        if pending is not None and pending.output_len == 0:
+            work.requests += 1
+        work.emitted += stats.emitted_tokens
         work.step = max(work.step, stats.step)
         if match is not None:
             weight = max(self.options.decay, 1.0 / work.observations)
