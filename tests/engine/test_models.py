@@ -26,6 +26,7 @@ from engine.models import (
     fetch_model,
     gguf_path,
     hardware_fingerprint,
+    identity,
     load_model,
     model_identity,
 )
@@ -250,7 +251,18 @@ def test_model_identity_and_hardware_fingerprint() -> None:
     assert model_identity(LoadedModel.from_model(model, name="smollm2-135m")) == "smollm2-135m"
     assert model_identity(LoadedModel.from_model(model, name="/data/My-Model.Q4.gguf")) == "My-Model.Q4"
     assert model_identity(LoadedModel.from_model(model, name="/data/models/qwen-ft")) == "qwen-ft"
-    assert re.fullmatch(r"cpu:.+:\d+", hardware_fingerprint("cpu"))
+    assert re.fullmatch(r"cpu:.+:[A-Z0-9_]+(\+bf16)?(\+amx)?:\d+", hardware_fingerprint("cpu"))
+
+
+def test_cpus_of_one_model_name_differ_by_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    isa = torch.backends.cpu.get_cpu_capability()
+    cores = hardware_fingerprint("cpu").rsplit(":", 1)[1]
+    flags = {"older": "fpu sse avx2", "newer": "fpu avx2 avx512f avx512_bf16 amx_bf16"}
+    seen = {}
+    for cpu, line in flags.items():
+        monkeypatch.setattr(identity, "_cpuinfo", lambda field, line=line: line if field == "flags" else "AMD EPYC")
+        seen[cpu] = hardware_fingerprint("cpu")
+    assert seen == {"older": f"cpu:AMD EPYC:{isa}:{cores}", "newer": f"cpu:AMD EPYC:{isa}+bf16+amx:{cores}"}
 
 
 # --- CLI ---
