@@ -44,7 +44,7 @@ from benchmarks.prompts import HUMANEVAL_MAIN, Prompt, build_prompts  # noqa: E4
 from engine.config import OFF, SpecConfig, TreeShape  # noqa: E402
 from engine.engine import Request, SpecEngine  # noqa: E402
 from engine.kv import BatchKV, Nodes  # noqa: E402
-from engine.models import LoadedModel, check_draft_compatible, load_model  # noqa: E402
+from engine.models import LoadedModel, check_draft_compatible, hardware_fingerprint, load_model  # noqa: E402
 from engine.models.cache import model_dir  # noqa: E402
 from engine.sampling import SamplingParams  # noqa: E402
 
@@ -494,7 +494,8 @@ def report_head(meta: dict) -> list[str]:
     return [f"## spectune vs transformers: {meta['target']} target, {meta['draft']} draft (and its int8 copy)", "",
             f"`{meta['command']}`: greedy, max_new_tokens {meta['max_new_tokens']}, torch threads {meta['threads']}, "
             f"{meta['reps']} timed passes of the compared configs (grid: 1 pass), torch {meta['torch']}, "
-            f"transformers {meta['transformers']}. Load average (1/5/15 min) at start "
+            f"transformers {meta['transformers']}, on {meta.get('hardware', 'a CPU the run did not record')}. "
+            f"Load average (1/5/15 min) at start "
             f"{'/'.join(f'{x:.1f}' for x in meta['load_avg_start'])}, at end "
             f"{'/'.join(f'{x:.1f}' for x in meta['load_avg_end'])}; wall {meta['wall_s']:.0f} s. "
             "tok/s = new tokens / wall time of the whole call (prefill included), median (min-max); "
@@ -549,7 +550,8 @@ def main() -> None:
     meta = {"command": " ".join([".venv/bin/python", "benchmarks/engine_vs_hf.py", *sys.argv[1:]]),
             "target": "/".join(names[0]), "draft": "/".join(names[1]), "max_new_tokens": max_new,
             "reps": args.reps, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "transformers": __import__("transformers").__version__, "load_avg_start": os.getloadavg()}
+            "transformers": __import__("transformers").__version__, "hardware": hardware_fingerprint("cpu"),
+            "load_avg_start": os.getloadavg()}
     log(f"loading {names}")
     target = load_model(names[0][0], dtype=names[0][1])
     draft = load_model(names[1][0], dtype=names[1][1])
