@@ -4,6 +4,7 @@ draft with an int8 copy of the draft model (``load_model(..., dtype="int8")``), 
 
     .venv/bin/python benchmarks/engine_vs_hf.py          # qwen2.5-coder-1.5b target, qwen2.5-coder-0.5b draft, bf16
     .venv/bin/python benchmarks/engine_vs_hf.py --quick  # smollm2-135m bf16 target, its fp32 copy as draft
+    .venv/bin/python benchmarks/engine_vs_hf.py --dtype int8  # int8 target weights, for a CPU without native bf16
 
 One process, four phases: (1) the grid, one pass over every config, interleaved per prompt; (2) more passes over the
 compared configs only (the equal-settings pairs and each side's two fastest in the grid), interleaved; (3) 4 concurrent
@@ -511,12 +512,20 @@ def report(meta: dict, prompts: dict[str, Prompt], samples, conc, cost, refs, co
     return "\n".join(body)
 
 
+def results_stem(args: argparse.Namespace) -> str:
+    return "engine_vs_hf" + ("_quick" if args.quick else "") + (f"_{args.dtype}" if args.dtype != "bfloat16" else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smollm2-135m (bf16 target, fp32 draft), fewer tokens")
     parser.add_argument("--reps", type=int, default=2, help="timed passes of the compared configs (>= 2)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 96, or 32 with --quick")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", choices=("bfloat16", "float32", "int8"), default="bfloat16",
+                        help="the target's weights (the draft stays bf16, plus its int8 copy); on a CPU without native "
+                             "bf16, int8 is the one whose verify stays cheap (benchmarks/dtype_cost.py). A dtype other "
+                             "than bf16 writes engine_vs_hf_<dtype>.*")
     parser.add_argument("--context", type=int, default=300, help="cache length for the cost curve")
     parser.add_argument("--cost-reps", type=int, default=5)
     parser.add_argument("--render", type=Path, default=None, help="rewrite the .md of this results .json (no runs)")
@@ -536,6 +545,8 @@ def main() -> None:
         return
     if args.reps < 1:
         parser.error("--reps: must be at least 1")
+    if args.quick and args.dtype != "bfloat16":
+        parser.error("--dtype: --quick always runs smollm2-135m in bf16")
     max_new = args.max_new_tokens or (32 if args.quick else 96)
     pin_threads(args.threads)
     hf_logging.set_verbosity_error()
@@ -546,7 +557,7 @@ def main() -> None:
               flush=True)
 
     names = (("smollm2-135m", "bfloat16"), ("smollm2-135m", "float32")) if args.quick else \
-        (("qwen2.5-coder-1.5b", "bfloat16"), ("qwen2.5-coder-0.5b", "bfloat16"))  # plus the draft's int8 copy
+        (("qwen2.5-coder-1.5b", args.dtype), ("qwen2.5-coder-0.5b", "bfloat16"))  # plus the draft's int8 copy
     meta = {"command": " ".join([".venv/bin/python", "benchmarks/engine_vs_hf.py", *sys.argv[1:]]),
             "target": "/".join(names[0]), "draft": "/".join(names[1]), "max_new_tokens": max_new,
             "reps": args.reps, "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -567,7 +578,7 @@ def main() -> None:
         text = "\n".join(report_head(meta) + targets(samples, None)
                           + prompt_table(args.only, prompts[args.only], samples[args.only]))
         print(text)
-        stem = f"engine_vs_hf{'_quick' if args.quick else ''}_{args.only}"
+        stem = f"{results_stem(args)}_{args.only}"
         (RESULTS / f"{stem}.md").write_text(text + "\n")
         (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "single": single_json(samples)}, indent=1))
         return
@@ -584,7 +595,7 @@ def main() -> None:
 
     text = report(meta, prompts, samples, conc, cost, refs, args.context)
     print(text)
-    stem = "engine_vs_hf_quick" if args.quick else "engine_vs_hf"
+    stem = results_stem(args)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{stem}.md").write_text(text + "\n")
     (RESULTS / f"{stem}.json").write_text(json.dumps(to_json(meta, samples, conc, cost, refs), indent=1))
