@@ -4,7 +4,7 @@ draft with an int8 copy of the draft model (``load_model(..., dtype="int8")``), 
 
     .venv/bin/python benchmarks/engine_vs_hf.py          # qwen2.5-coder-1.5b target, qwen2.5-coder-0.5b draft, bf16
     .venv/bin/python benchmarks/engine_vs_hf.py --quick  # smollm2-135m bf16 target, its fp32 copy as draft
-    .venv/bin/python benchmarks/engine_vs_hf.py --dtype int8  # int8 target weights, for a CPU without native bf16
+    .venv/bin/python benchmarks/engine_vs_hf.py --dtype float32  # for a CPU without native bf16
 
 One process, four phases: (1) the grid, one pass over every config, interleaved per prompt; (2) more passes over the
 compared configs only (the equal-settings pairs and each side's two fastest in the grid), interleaved; (3) 4 concurrent
@@ -522,10 +522,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2, help="timed passes of the compared configs (>= 2)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 96, or 32 with --quick")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtype", choices=("bfloat16", "float32", "int8"), default="bfloat16",
+    parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
                         help="the target's weights (the draft stays bf16, plus its int8 copy); on a CPU without native "
-                             "bf16, int8 is the one whose verify stays cheap (benchmarks/dtype_cost.py). A dtype other "
-                             "than bf16 writes engine_vs_hf_<dtype>.*")
+                             "bf16 a bf16 verify never pays (benchmarks/dtype_cost.py). float32 writes "
+                             "engine_vs_hf_float32.*")
     parser.add_argument("--context", type=int, default=300, help="cache length for the cost curve")
     parser.add_argument("--cost-reps", type=int, default=5)
     parser.add_argument("--render", type=Path, default=None, help="rewrite the .md of this results .json (no runs)")

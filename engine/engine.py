@@ -18,6 +18,7 @@ from engine.drafters.ngram import suffix_match_len
 from engine.drafters.ngram_drafter import NgramDrafter
 from engine.kv import BatchKV, Nodes
 from engine.models.loaded import LoadedModel
+from engine.models.loading import check_target_dtype
 from engine.policy import DecisionContext, RequestedConfig, SpecPolicy, reads_suffix_match
 from engine.sampling import SamplingParams
 from engine.stats import RequestSummary, StepStats
@@ -70,6 +71,7 @@ class SpecEngine:
 
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, policy: SpecPolicy | None = None,
                  max_batch: int = 8) -> None:
+        check_target_dtype(target.precision)
         self.target = target
         self.policy: SpecPolicy = policy or RequestedConfig()
         self.max_batch = max_batch

@@ -6,7 +6,7 @@ from engine.models.fetch import ModelFetchError, fetch_model
 from engine.models.gguf import GgufError
 from engine.models.identity import hardware_fingerprint, model_identity
 from engine.models.loaded import LoadedModel
-from engine.models.loading import load_model
+from engine.models.loading import check_target_dtype, load_model
 from engine.models.registry import REGISTRY, ModelNotFoundError, ModelSpec
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "ModelSpec",
     "cache_root",
     "check_draft_compatible",
+    "check_target_dtype",
     "fetch_model",
     "gguf_path",
     "hardware_fingerprint",

@@ -19,6 +19,17 @@ PRECISIONS = (*DTYPES, INT8)
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
+def check_target_dtype(dtype: str | torch.dtype) -> None:
+    """Refuse int8 for a target. Dynamic int8 quantizes each forward's activations with one scale over all its tokens,
+    so a row's logits would depend on what else its forward holds (the batch's other rows, how many tokens a step
+    verifies): verification would be neither exact nor independent of the neighbours. A draft's numbers only move
+    acceptance, so int8 stays available there."""
+    if dtype == INT8:
+        raise ValueError("dtype: int8 is for the draft (--draft-dtype int8), not the target: it quantizes each "
+                         "forward's activations with one scale over all its tokens, so a request's output would "
+                         "depend on its batch neighbours and on how many tokens a step verifies")
+
+
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """The torch dtype weights load in; int8 loads float32 and quantizes afterwards."""
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():

@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from engine.models.loading import check_target_dtype
 
 Dtype = Literal["float32", "bfloat16", "float16", "int8"]
 
@@ -25,6 +28,15 @@ class ServerSettings(BaseSettings):
     api_token: SecretStr | None = Field(default=None, description="bearer token sent to a sidecar profile source")
     stats_capacity: int = Field(default=10_000, ge=1, le=1_000_000, description="entries /stats keeps")
     profile_timeout_s: float = Field(default=5.0, gt=0, le=120)
+
+    @field_validator("dtype", mode="after")
+    @classmethod
+    def _target_dtype(cls, value: str) -> str:
+        try:
+            check_target_dtype(value)
+        except ValueError as exc:  # reported as "dtype: <why>", like the other fields' errors
+            raise PydanticCustomError("target_dtype", str(exc).removeprefix("dtype: ")) from None
+        return value
 
     @field_validator("admin_token", "api_token", mode="after")
     @classmethod

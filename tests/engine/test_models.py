@@ -15,6 +15,7 @@ from tokenizers.models import WordLevel
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
+from engine.engine import SpecEngine
 from engine.models import (
     REGISTRY,
     IncompatibleModelsError,
@@ -206,6 +207,22 @@ def test_int8_local_directory_quantizes_every_linear(tmp_path: Path) -> None:
     assert model_identity(loaded) == "tiny-llama@int8"
     assert not any(type(m) is torch.nn.Linear for m in loaded.model.modules())
     assert loaded.model(torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 64)
+
+
+def test_an_int8_target_is_refused_because_its_logits_depend_on_the_rest_of_the_forward(tmp_path: Path) -> None:
+    directory = tmp_path / "tiny-llama"
+    tiny_model(64).save_pretrained(directory)
+    loaded = load_model(directory, dtype="int8", device="cpu", progress=False)
+    with torch.inference_mode():
+        alone = loaded.model(torch.tensor([[1, 2, 3]])).logits[0, -1]
+        beside = loaded.model(torch.tensor([[1, 2, 3], [60, 61, 62]])).logits[0, -1]  # a neighbour with other scale
+    assert not torch.equal(alone, beside)  # why: one activation scale per forward
+    with pytest.raises(ValueError, match="dtype: int8 is for the draft"):
+        SpecEngine(loaded)
+    SpecEngine(load_model(directory, dtype="float32", device="cpu", progress=False), draft=loaded)  # fine as draft
+    result = CliRunner().invoke(app, ["generate", "--target", str(directory), "--dtype", "int8", "--prompt", "x",
+                                      "--max-new-tokens", "2"])
+    assert result.exit_code == 2 and "dtype: int8 is for the draft" in result.output
 
 
 def test_load_local_directory_without_tokenizer(tmp_path: Path) -> None:

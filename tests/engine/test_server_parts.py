@@ -155,6 +155,7 @@ def test_settings_read_the_admin_token_from_the_environment(monkeypatch):
     (["--target", "no-such-model"], "error: unknown model 'no-such-model'"),
     (["--target", "x", "--max-batch", "0"], "error: max_batch: Input should be greater than or equal to 1"),
     (["--target", "x", "--dtype", "int4"], "error: dtype: Input should be 'float32', 'bfloat16', 'float16' or 'int8'"),
+    (["--target", "x", "--dtype", "int8"], "error: dtype: int8 is for the draft (--draft-dtype int8), not the target"),
     (["--target", "x", "--log-level", "loud"], "error: log-level: 'loud' is not one of"),
 ])
 def test_serve_refuses_bad_input_with_one_line(args, message):

@@ -39,7 +39,7 @@ def generate(
 
         from engine.config import SpecConfig, TreeShape
         from engine.engine import Request, SpecEngine
-        from engine.models import check_draft_compatible, load_model
+        from engine.models import check_draft_compatible, check_target_dtype, load_model
         from engine.prompts import encode_chat, encode_text
         from engine.sampling import SamplingParams
 
@@ -52,6 +52,7 @@ def generate(
         if config.method == "draft" and draft is None:
             raise UsageError("--method draft needs --draft")
         torch.set_grad_enabled(False)
+        check_target_dtype(dtype)
         target_model = load_model(target, dtype=dtype)
         draft_model = load_model(draft, dtype=draft_dtype or dtype) if draft else None
         if draft_model is not None:
