@@ -304,19 +304,16 @@ class GoodputPolicy(Policy):
         # The draft pass also feeds what this request's draft cache lacks. Filling an empty one (the prompt and all
         # output so far) is paid once and serves the rest of the request, so a step carries the share of it that
         # its own tokens are of the request's expected remaining output.
-        pick, top = deviation.fallback, deviation.fallback_rate
         if cold:
-            first = self._catch_up_s(batch, bucket, self._first_draft(ctx))
-            remaining = max(self._workload(ctx.workload).mean_output - ctx.output_len, 1.0)
-            for config, tokens, seconds in deviation.drafts:
-                rate = tokens / (seconds + first * (tokens - deviation.others_tokens) / remaining)
-                if rate > top:
-                    pick, top = config, rate
-            return pick
-        behind = self._catch_up_s(batch, bucket, catch_up)
+            behind, fill_s = 0.0, self._catch_up_s(batch, bucket, self._first_draft(ctx))
+            remaining = max(work.mean_output - ctx.output_len, 1.0)
+        else:
+            behind, fill_s, remaining = self._catch_up_s(batch, bucket, catch_up), 0.0, 1.0
+        pick, top = deviation.fallback, deviation.fallback_rate
         for config, tokens, seconds in deviation.drafts:
-            if tokens / (seconds + behind) > top:
-                pick, top = config, tokens / (seconds + behind)
+            rate = tokens / (seconds + behind + fill_s * (tokens - deviation.others_tokens) / remaining)
+            if rate > top:
+                pick, top = config, rate
         return pick
 
     def expected_tokens_per_s(self, workload: str, config: SpecConfig, batch_size: int, context_len: int) -> float:
