@@ -22,6 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -29,7 +30,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import Spread, interleaved, pin_threads  # noqa: E402
-from engine.kv import BatchKV  # noqa: E402
 from engine.models import hardware_fingerprint, load_model  # noqa: E402
 from tuner.calibrate import forward_step, prefill  # noqa: E402
 
@@ -42,18 +42,9 @@ VERIFY_KS = (2, 4, 8, 16)  # a k-token verify feeds k + 1 tokens
 BATCH = 4
 
 
-def prefill_run(loaded, tokens: int) -> Callable[[], None]:
-    prompt = [(7 * i + 3) % loaded.vocab_size for i in range(tokens)]
-
-    def run() -> None:
-        BatchKV(loaded.model).prefill([prompt])
-
-    return run
-
-
 def points(role: str, dtype: str, loaded, context: int, prefill_tokens: int) -> dict[tuple, Callable[[], None]]:
     base = prefill(loaded, context)
-    out = {(role, dtype, "prefill"): prefill_run(loaded, prefill_tokens),
+    out = {(role, dtype, "prefill"): partial(prefill, loaded, prefill_tokens),
            (role, dtype, "step"): forward_step(base, 1, 1),
            (role, dtype, f"batch {BATCH}"): forward_step(base, BATCH, 1)}
     if role == "target":
