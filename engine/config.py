@@ -6,6 +6,7 @@ value dies at the edge with a message naming the field.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -43,7 +44,7 @@ class TreeShape(BaseModel):
             raise ValueError("tree: top_k and budget must be given together")
         return self
 
-    @property
+    @cached_property  # read in every policy decision
     def is_chain(self) -> bool:
         return (self.branching is None or all(b == 1 for b in self.branching)) and self.top_k is None
 

@@ -14,14 +14,17 @@ prior counting as one observation, then settles at weight ``decay`` so the estim
 
 from __future__ import annotations
 
+from itertools import accumulate
+from operator import mul
+
 from engine.config import TreeShape
 
 MAX_DEPTH = 32
 
 
 class AcceptanceTable:
-    __slots__ = ("prior", "decay", "widths", "depth", "alpha", "seen", "fill", "fill_seen", "_effective", "_by_depth",
-                 "_deepest")
+    __slots__ = ("prior", "decay", "widths", "depth", "alpha", "seen", "fill", "fill_seen", "_chains", "_effective",
+                 "_by_depth", "_deepest")
 
     def __init__(self, methods: tuple[str, ...], widths: list[int], prior: float, decay: float,
                  depth: int = MAX_DEPTH) -> None:
@@ -33,6 +36,7 @@ class AcceptanceTable:
         self.seen = {(m, w): [0] * MAX_DEPTH for m in methods for w in self.widths}
         self.fill = 1.0  # n-gram: share of the asked depth the lookup actually proposed
         self.fill_seen = 0
+        self._chains = {m: (self.alpha[(m, 1)], self.seen[(m, 1)]) for m in methods if 1 in self.widths}
         # What ``conditional`` and ``accepted_by_depth`` read, per method, rebuilt lazily after that method's updates
         # (a policy prices every candidate after each step, so most lookups hit).
         self._effective: dict[str, dict[int, list[float]]] = {}
@@ -53,31 +57,41 @@ class AcceptanceTable:
         return out
 
     def _accepted_by_depth(self, method: str, tree: TreeShape, k: int) -> list[float]:
-        out, accepted, run = [0.0], 0.0, 1.0
-        chain = self._effective_for(method, 1) if tree.is_chain else None
-        for depth in range(1, k + 1):
-            run *= chain[depth - 1] if chain is not None else self.conditional(method, tree.branching_at(depth), depth)
-            accepted += run
-            out.append(accepted)
-        return out
+        if tree.is_chain:
+            alphas = self._effective_for(method, 1)[:k]
+        else:
+            alphas = [self.conditional(method, tree.branching_at(depth), depth) for depth in range(1, k + 1)]
+        return list(accumulate(accumulate(alphas, mul), initial=0.0))
 
     def _effective_for(self, method: str, width: int) -> list[float]:
         cached = self._effective.setdefault(method, {})
         effective = cached.get(width)
         if effective is None:
-            effective = [0.0] * self.depth
             for w in self.widths:
                 if w > width:
                     break
-                alpha, seen = self.alpha[(method, w)], self.seen[(method, w)]
-                value = self.prior  # depths never observed borrow the deepest observed one above them
-                for d in range(self.depth):
-                    if seen[d]:
-                        value = alpha[d]
-                    if value > effective[d]:
-                        effective[d] = value
-            cached[width] = effective
+                borrowed = self._borrowed(self.alpha[(method, w)], self.seen[(method, w)])
+                # a wider node is credited with at least what a narrower one achieves
+                effective = borrowed if effective is None else list(map(max, effective, borrowed))
+            cached[width] = effective = effective or [0.0] * self.depth
         return effective
+
+    def _borrowed(self, alpha: list[float], seen: list[int]) -> list[float]:
+        """``alpha`` at depths 1..``depth``, a depth never observed borrowing the deepest observed one above it
+        (the prior above the first observed)."""
+        depth = self.depth
+        try:
+            observed = seen.index(0, 0, depth)
+        except ValueError:
+            return alpha[:depth]
+        if not any(seen[observed:depth]):  # the usual case: observed depths 1..observed (a walk passes each one)
+            return alpha[:observed] + [alpha[observed - 1] if observed else self.prior] * (depth - observed)
+        out, value = [], self.prior
+        for d in range(depth):
+            if seen[d]:
+                value = alpha[d]
+            out.append(value)
+        return out
 
     def observed_depth(self, method: str) -> int:
         """The deepest depth observed for ``method`` at any width (0 if none)."""
@@ -87,20 +101,22 @@ class AcceptanceTable:
         """One step: depths 1..accepted were accepted and, unless the walk ended at a stop token or at the end of
         the ``window`` it was allowed, depth accepted + 1 was a miss."""
         accepted = min(max(accepted, 0), MAX_DEPTH)
-        missed = accepted < min(window, MAX_DEPTH) and not stopped
-        if tree.is_chain and (method, 1) in self.alpha:  # the common case, without a call per depth
-            seen, alpha, decay = self.seen[(method, 1)], self.alpha[(method, 1)], self.decay
-            for d in range(accepted + missed):
+        walked = accepted + (accepted < min(window, MAX_DEPTH) and not stopped)
+        chain = self._chains.get(method) if tree.is_chain else None
+        if chain is not None:  # the common case, without a call per depth
+            alpha, seen = chain
+            decay = self.decay
+            for d in range(walked):
                 weight = 1.0 / (seen[d] + 2)
                 alpha[d] += (weight if weight > decay else decay) * ((d < accepted) - alpha[d])
                 seen[d] += 1
-            if accepted + missed:
-                self._touched(method, accepted + missed)
+            if walked:
+                self._touched(method, walked)
             return
         for depth in range(1, accepted + 1):
             self.update(method, tree.branching_at(depth), depth, 1.0)
-        if missed:
-            self.update(method, tree.branching_at(accepted + 1), accepted + 1, 0.0)
+        if walked > accepted:
+            self.update(method, tree.branching_at(walked), walked, 0.0)
 
     def update(self, method: str, width: int, depth: int, hit: float) -> None:
         key = (method, width)
@@ -118,7 +134,8 @@ class AcceptanceTable:
         self._by_depth.pop(method, None)
 
     def observe_fill(self, fill: float) -> None:
-        self.fill += self._weight(self.fill_seen) * (min(max(fill, 0.0), 1.0) - self.fill)
+        weight = 1.0 / (self.fill_seen + 2)
+        self.fill += (weight if weight > self.decay else self.decay) * (min(max(fill, 0.0), 1.0) - self.fill)
         self.fill_seen += 1
 
     def _weight(self, seen: int) -> float:

@@ -56,8 +56,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
-from itertools import islice
-from operator import mul
+from operator import add, mul
 
 from pydantic import Field, field_validator
 
@@ -279,11 +278,14 @@ class GoodputPolicy(Policy):
         catch_up = self._catch_up(ctx)
         cold = ctx.request_id not in self._drafted_to  # its draft cache is empty: the first draft pass fills it
         for group, config, gap in probes:
+            waited = work.step - work.last_run[group]
+            if waited < gap:
+                continue
             if config.method == "draft" and (cold or catch_up > 1):
                 # a draft probe also feeds what this request's draft cache lacks
                 extra = self._catch_up_s(batch, bucket, self._first_draft(ctx) if cold else catch_up)
                 gap += extra / (best.seconds + extra) / self.options.probe_budget
-            if work.step - work.last_run[group] >= gap:
+            if waited >= gap:
                 # One request per step probes a group: in a batch of B, B simultaneous probes would cost B times as
                 # much verify work for the same evidence.
                 if work.probe_step != work.step:
@@ -295,7 +297,7 @@ class GoodputPolicy(Policy):
             return best.config
         deviation = work.deviations.get((batch, match))
         # re-priced with the batch's choice, or else on its first use in a decision that did not re-price the batch's
-        if deviation is None or deviation.against != best.config or \
+        if deviation is None or deviation.against is not best.config or \
                 (not evaluated and (deviation.epoch, deviation.bucket) != (epoch, bucket)):
             deviation = self._deviate(work, self._matched(work, match), best, batch, bucket, epoch)
             work.deviations[(batch, match)] = deviation
@@ -380,17 +382,19 @@ class GoodputPolicy(Policy):
             fill = table.fill if group.method == "ngram" else 1.0
             return (table.accepted_by_depth(group.method, group.tree, group.max_k), fill,
                     table.observed_depth(group.method) + REACH)
-        tables = list(work.matched.values())
-        total = sum(work.mix.get(m, 0.0) for m in work.matched)
-        weights = [work.mix.get(m, 0.0) / total for m in work.matched] if total > 0 else \
-            [1.0 / len(tables)] * len(tables)
-        by_depth = [t.accepted_by_depth(group.method, group.tree, group.max_k) for t in tables]
-        reach = max(work.table.observed_depth(group.method), *(t.observed_depth(group.method) for t in tables)) + REACH
+        method, tables = group.method, list(work.matched.values())
+        shares = [work.mix.get(m, 0.0) for m in work.matched]
+        total = sum(shares)
+        weights = [share / total for share in shares] if total > 0 else [1.0 / len(tables)] * len(tables)
+        reach = max(work.table.observed_depth(method), *[t.observed_depth(method) for t in tables]) + REACH
         priced = next((k for k in group.ks if k >= reach), group.max_k)  # the deepest candidate ``_price_group`` reads
         # a step emits 1 + E[a]: tokens per step over the text is the token-weighted harmonic mean
-        accepted = [1.0 / sum(w / (1.0 + a) for w, a in zip(weights, column, strict=True)) - 1.0
-                    for column in islice(zip(*by_depth), priced + 1)]
-        fill = sum(map(mul, weights, [t.fill for t in tables])) if group.method == "ngram" else 1.0
+        steps_per_token = [0.0] * (priced + 1)
+        for w, table in zip(weights, tables, strict=True):
+            column = table.accepted_by_depth(method, group.tree, priced)
+            steps_per_token = list(map(add, steps_per_token, [w / (1.0 + a) for a in column]))
+        accepted = [1.0 / s - 1.0 for s in steps_per_token]
+        fill = sum(map(mul, weights, [t.fill for t in tables])) if method == "ngram" else 1.0
         return accepted, fill, reach
 
     def _catch_up(self, ctx: DecisionContext) -> int:
@@ -416,33 +420,34 @@ class GoodputPolicy(Policy):
         others_draft_s = batch_best.draft_s if batch > 1 else 0.0
         best_method = batch_best.config.method if batch_best.config.speculative else "off"
         margin = 1.0 + self.options.margin / batch  # speculating must beat off by this
-
-        def step(accepted: float, draft_s: float, nodes: float) -> tuple[float, float]:
-            return others_tokens + 1.0 + accepted, draft_s + self._verify(batch, bucket, max(batch_best.nodes, nodes))
-
-        tokens, seconds = step(0.0, others_draft_s, 0.0)
-        off_rate = tokens / seconds
+        verify, floor_nodes, own_tokens = self._verify, batch_best.nodes, others_tokens + 1.0  # the others' widest
+        off_rate = own_tokens / (others_draft_s + verify(batch, bucket, floor_nodes))
         choice, top, fallback, fallback_top, drafts = self.off, off_rate * margin, self.off, off_rate * margin, []
         for index, group in enumerate(self.groups):
             accepted = table.accepted_by_depth(group.method, group.tree, group.max_k)
-            drafting = self._draft(batch, bucket, index)
-            fill = table.fill if group.method == "ngram" else 1.0
             reach = max(table.observed_depth(group.method), work.table.observed_depth(group.method)) + REACH
+            if group.method == "ngram":
+                fill, lookup_s = table.fill, others_draft_s + self.cost.ngram_s
+                for k in group.ks:
+                    tokens = own_tokens + accepted[k]
+                    rate = tokens / (lookup_s + verify(batch, bucket, max(floor_nodes, group.nodes[k] * fill)))
+                    if rate > top:
+                        choice, top = group.configs[k], rate
+                    if rate > fallback_top:
+                        fallback, fallback_top = group.configs[k], rate
+                    if k >= reach:
+                        break
+                continue
+            drafting = self._draft(batch, bucket, index)
             for k in group.ks:
-                if group.method == "ngram":
-                    draft_s = others_draft_s + self.cost.ngram_s
-                elif best_method == "draft":
-                    draft_s = max(others_draft_s, drafting[k])
-                else:
-                    draft_s = others_draft_s + drafting[k]
-                tokens, seconds = step(accepted[k], draft_s, group.nodes[k] * fill)
+                # a deeper draft-model pass replaces the others' one; with another method it comes on top
+                draft_s = max(others_draft_s, drafting[k]) if best_method == "draft" else others_draft_s + drafting[k]
+                tokens = own_tokens + accepted[k]
+                seconds = draft_s + verify(batch, bucket, max(floor_nodes, group.nodes[k]))
                 rate = tokens / seconds
                 if rate > top:
                     choice, top = group.configs[k], rate
-                if group.method == "draft":
-                    drafts.append((group.configs[k], tokens, seconds, rate))
-                elif rate > fallback_top:
-                    fallback, fallback_top = group.configs[k], rate
+                drafts.append((group.configs[k], tokens, seconds, rate))
                 if k >= reach:
                     break
         if choice.method != "draft":
@@ -577,7 +582,8 @@ class GoodputPolicy(Policy):
     def _tree_of(stats: StepStats, decided: SpecConfig | None) -> TreeShape | None:
         """The shape the step ran: the decided one if the stats fit it, a chain if they look like one."""
         if decided is not None and decided.method == stats.method and decided.tree.top_k is None \
-                and decided.tree.max_nodes(stats.k) == stats.draft_tokens:
+                and (stats.k if decided.tree.branching is None else decided.tree.max_nodes(stats.k)) \
+                == stats.draft_tokens:
             return decided.tree
         if stats.draft_tokens <= stats.k:  # a chain (an n-gram chain may propose fewer tokens than asked)
             return CHAIN
