@@ -1,5 +1,6 @@
-"""Microseconds per decide + observe for every policy (target: <= 50 us), on a synthetic but busy stream: 8
-concurrent requests over 2 workloads, contexts growing, acceptance varying step to step.
+"""Microseconds per decision for every policy (target: <= 50 us): ``decide``, the ``observe`` of its step, and the
+two together, on a synthetic but busy stream: 8 concurrent requests over 2 workloads, contexts growing, acceptance
+varying step to step.
 
     .venv/bin/python benchmarks/policy_latency.py [--steps 4000] [--repeats 3]
 """
@@ -10,6 +11,7 @@ import argparse
 import statistics
 import sys
 import time
+from operator import add
 from pathlib import Path
 
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
@@ -38,9 +40,10 @@ def cost_model() -> CostModel:
                      draft=uniform_grid(*grid, lambda b, t, c: 0.4 * target(b, t, c)), ngram_s=3e-5)
 
 
-def measure(spec: str, cost: CostModel, steps: int) -> list[float]:
+def measure(spec: str, cost: CostModel, steps: int) -> tuple[list[float], list[float]]:
+    """Microseconds of each ``decide`` and of the ``observe`` of its step, in order."""
     policy = build_policy(spec, cost)
-    samples = []
+    decides, observes = [], []
     last: dict[str, StepStats | None] = {}
     for step in range(1, steps + 1):
         for b in range(BATCH):
@@ -59,9 +62,16 @@ def measure(spec: str, cost: CostModel, steps: int) -> list[float]:
                               0.01 * k, 0.3, float(step))
             t2 = time.perf_counter_ns()
             policy.observe(stats)
-            samples.append((t1 - t0 + time.perf_counter_ns() - t2) / 1000)
+            observes.append((time.perf_counter_ns() - t2) / 1000)
+            decides.append((t1 - t0) / 1000)
             last[rid] = stats
-    return samples[len(samples) // 10:]  # drop the warm-up tenth
+    warm = len(decides) // 10  # drop the warm-up tenth
+    return decides[warm:], observes[warm:]
+
+
+def summary(samples: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), statistics.fmean(ordered), ordered[int(0.99 * (len(ordered) - 1))]
 
 
 def main() -> None:
@@ -72,17 +82,19 @@ def main() -> None:
     if args.repeats < 1 or args.steps < 10:
         parser.error("--repeats must be at least 1 and --steps at least 10")
     cost = cost_model()
-    stats: dict[str, list[tuple[float, float, float]]] = {spec: [] for spec in SPECS}
+    parts = ("decide", "observe", "decide + observe")
+    stats: dict[str, dict[str, list[tuple[float, float, float]]]] = {spec: {p: [] for p in parts} for spec in SPECS}
     for _ in range(args.repeats):  # the host's speed drifts: interleave the policies and repeat
         for spec in SPECS:
-            samples = sorted(measure(spec, cost, args.steps))
-            stats[spec].append((statistics.median(samples), statistics.fmean(samples),
-                                samples[int(0.99 * (len(samples) - 1))]))
+            decides, observes = measure(spec, cost, args.steps)
+            for part, samples in zip(parts, (decides, observes, list(map(add, decides, observes))), strict=True):
+                stats[spec][part].append(summary(samples))
     print(f"median over {args.repeats} rounds (range) of each round's statistic, {args.steps * BATCH} decisions each")
-    print(f"{'policy':<30} {'median us':>18} {'mean us':>18} {'p99 us':>20}")
-    for spec, rounds in stats.items():
-        cells = [f"{statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f})" for v in zip(*rounds, strict=True)]
-        print(f"{spec:<30} {cells[0]:>18} {cells[1]:>18} {cells[2]:>20}")
+    print(f"{'policy':<30} {'part':<17} {'median us':>18} {'mean us':>18} {'p99 us':>20}")
+    for spec, by_part in stats.items():
+        for part, rounds in by_part.items():
+            cells = [f"{statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f})" for v in zip(*rounds, strict=True)]
+            print(f"{spec:<30} {part:<17} {cells[0]:>18} {cells[1]:>18} {cells[2]:>20}")
 
 
 if __name__ == "__main__":

@@ -47,8 +47,11 @@ class AcceptanceTable:
         """alpha at ``depth`` (1-based) for nodes with ``width`` children."""
         return self._effective_for(method, width)[depth - 1]
 
-    def accepted_by_depth(self, method: str, tree: TreeShape, k: int) -> list[float]:
-        """E[a] for every depth 0..k (a shared list: do not modify it)."""
+    def accepted_by_depth(self, method: str, tree: TreeShape, k: int, cache: bool = True) -> list[float]:
+        """E[a] for every depth 0..k (with ``cache``, a shared list: do not modify it; without, computed afresh,
+        for a read that will not recur before the next update)."""
+        if not cache:
+            return self._accepted_by_depth(method, tree, k)
         cached = self._by_depth.setdefault(method, {})
         key = (None if tree.is_chain else tree.branching, k)
         out = cached.get(key)
@@ -57,10 +60,9 @@ class AcceptanceTable:
         return out
 
     def _accepted_by_depth(self, method: str, tree: TreeShape, k: int) -> list[float]:
-        if tree.is_chain:
-            alphas = self._effective_for(method, 1)[:k]
-        else:
-            alphas = [self.conditional(method, tree.branching_at(depth), depth) for depth in range(1, k + 1)]
+        branched = () if tree.is_chain else (tree.branching or ())[:k]  # depths past the branching are chained
+        alphas = [self._effective_for(method, width)[d] for d, width in enumerate(branched)]
+        alphas += self._effective_for(method, 1)[len(branched):k]
         return list(accumulate(accumulate(alphas, mul), initial=0.0))
 
     def _effective_for(self, method: str, width: int) -> list[float]:

@@ -54,9 +54,9 @@ top of its bucket's cached choice, so the cache does not grow with it.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from operator import add, mul
+from operator import mul
 
 from pydantic import Field, field_validator
 
@@ -143,6 +143,10 @@ class _Group:
         self.nodes = {k: tree.max_nodes(k) for k in options.ks}
         self.configs = {k: SpecConfig(method=method, k=k, tree=tree, min_n=options.min_n, max_n=options.max_n,
                                       max_batch_size=options.max_batch_size) for k in options.ks}
+
+    def deepest(self, reach: int) -> int:
+        """The deepest candidate priced when estimates reach ``reach`` depths: the first k at or past it."""
+        return self.ks[min(bisect_left(self.ks, reach), len(self.ks) - 1)]
 
 
 class _Workload:
@@ -387,13 +391,12 @@ class GoodputPolicy(Policy):
         total = sum(shares)
         weights = [share / total for share in shares] if total > 0 else [1.0 / len(tables)] * len(tables)
         reach = max(work.table.observed_depth(method), *[t.observed_depth(method) for t in tables]) + REACH
-        priced = next((k for k in group.ks if k >= reach), group.max_k)  # the deepest candidate ``_price_group`` reads
+        priced = group.deepest(reach)
         # a step emits 1 + E[a]: tokens per step over the text is the token-weighted harmonic mean
-        steps_per_token = [0.0] * (priced + 1)
-        for w, table in zip(weights, tables, strict=True):
-            column = table.accepted_by_depth(method, group.tree, priced)
-            steps_per_token = list(map(add, steps_per_token, [w / (1.0 + a) for a in column]))
-        accepted = [1.0 / s - 1.0 for s in steps_per_token]
+        tree = group.tree
+        steps = [[w / (1.0 + a) for a in table.accepted_by_depth(method, tree, priced, cache=False)]
+                 for w, table in zip(weights, tables, strict=True)]  # tables change every observation: no caching
+        accepted = [1.0 / sum(column) - 1.0 for column in zip(*steps)]
         fill = sum(map(mul, weights, [t.fill for t in tables])) if method == "ngram" else 1.0
         return accepted, fill, reach
 
@@ -424,8 +427,8 @@ class GoodputPolicy(Policy):
         off_rate = own_tokens / (others_draft_s + verify(batch, bucket, floor_nodes))
         choice, top, fallback, fallback_top, drafts = self.off, off_rate * margin, self.off, off_rate * margin, []
         for index, group in enumerate(self.groups):
-            accepted = table.accepted_by_depth(group.method, group.tree, group.max_k)
             reach = max(table.observed_depth(group.method), work.table.observed_depth(group.method)) + REACH
+            accepted = table.accepted_by_depth(group.method, group.tree, group.deepest(reach), cache=False)
             if group.method == "ngram":
                 fill, lookup_s = table.fill, others_draft_s + self.cost.ngram_s
                 for k in group.ks:
