@@ -31,10 +31,11 @@ estimate is biased once requests deviate (a draft model ends up observed mostly 
 
 Estimates only move for what runs, so every other (method, tree) group, and speculation itself while off, is probed:
 a group's best config runs for one engine step, in one request of the batch, once ``loss / probe_budget`` engine
-steps (at least 1) have passed since it last ran, where ``loss`` is the share of the batch's throughput that step
-gives up: the probing request's tokens fall from the choice's to the probe's, and the whole step waits for the probe's
-draft pass and extra verify tokens (a draft-model pass runs over every row of the batch, so at batch 16 one probing
-request can cost the step a third of its time). Probing so costs about ``probe_budget`` of throughput per group, a
+steps (at least 1) have passed since it last ran, where ``loss`` is the time that step loses, in steps of the
+choice: the probing request's tokens fall from the choice's to the probe's, and the whole step waits for the probe's
+draft pass and extra verify tokens (a draft-model pass runs over every row of the batch, and at batch 16 one probing
+request's lookup can widen the verify enough to take as long as two steps). Probing so costs about ``probe_budget``
+of throughput per group, a
 group that looks almost as good as the choice is re-checked almost every other step, and one that would slow the
 whole batch is checked rarely. A group that has run in fewer than ``WARM_STEPS`` engine steps waits proportionally
 less, since a few steps (say, every request's first) are weak evidence.
@@ -288,7 +289,7 @@ class GoodputPolicy(Policy):
             if config.method == "draft" and (cold or catch_up > 1):
                 # a draft probe also feeds what this request's draft cache lacks
                 extra = self._catch_up_s(batch, bucket, self._first_draft(ctx) if cold else catch_up)
-                gap += extra / (best.seconds + extra) / self.options.probe_budget
+                gap += extra / best.seconds / self.options.probe_budget
             if waited >= gap:
                 # One request per step probes a group: in a batch of B, B simultaneous probes would cost B times as
                 # much verify work for the same evidence.
@@ -477,13 +478,15 @@ class GoodputPolicy(Policy):
         return value
 
     def _probe_loss(self, best: _Priced, probe: _Priced, batch: int, bucket: int) -> float:
-        """Share of the batch's throughput lost in a step where one request runs ``probe`` and the rest ``best``."""
+        """Time lost, in steps of ``best``, by a step where one request runs ``probe`` and the rest ``best``: its
+        seconds less what its tokens take at ``best``'s rate. (The share of that step's throughput lost would
+        undercount a probe that makes the step several times longer.)"""
         best_tokens = 1.0 + best.accepted
         draft_s = max(best.draft_s, probe.draft_s) if probe.config.method == best.config.method else \
             best.draft_s + probe.draft_s
-        verify_s = self._verify(batch, bucket, max(best.nodes, probe.nodes))
-        probe_rate = ((batch - 1) * best_tokens + 1.0 + probe.accepted) / (draft_s + verify_s)
-        return max(0.0, 1.0 - probe_rate / (batch * best_tokens / best.seconds))
+        seconds = draft_s + self._verify(batch, bucket, max(best.nodes, probe.nodes))
+        tokens = (batch - 1) * best_tokens + 1.0 + probe.accepted
+        return max(0.0, seconds / best.seconds - tokens / (batch * best_tokens))
 
     def _draft(self, batch: int, bucket: int, index: int) -> list[float]:
         key = (batch, bucket, index)
@@ -527,7 +530,10 @@ class GoodputPolicy(Policy):
         work.emitted += stats.emitted_tokens
         work.step = max(work.step, stats.step)
         if match is not None:
-            weight = max(self.options.decay, 1.0 / work.observations)
+            # The text's shares are a property of the workload: remembered over about 1 / decay engine steps at any
+            # batch size. (Per observation, at batch 16 that memory would be about one step, and a step in which
+            # many requests copy would swing the batch's estimate to a lookup for everyone.)
+            weight = max(self.options.decay / max(stats.batch_size, 1), 1.0 / work.observations)
             work.mix.setdefault(match, 0.0)
             for m, share in work.mix.items():
                 work.mix[m] = share + weight * (stats.emitted_tokens * (m == match) - share)

@@ -40,10 +40,11 @@ def test_speculates_deep_when_acceptance_is_high_and_verify_cheap():
 
 def test_turns_off_when_acceptance_is_near_zero():
     policy = GoodputPolicy(CHEAP)
-    decisions = run(policy, 300, accept=lambda c: 0)
+    decisions = run(policy, 400, accept=lambda c: 0)
     assert sum(not d.speculative for d in decisions[-200:]) > 0.75 * 200
     assert probing_loss(policy, decisions[-200:]) < 2 * 2 * policy.options.probe_budget  # two groups probed
-    # probing the draft model fills an empty draft cache, so it is rarer: a few misses take the prior down
+    # probing the draft model fills an empty draft cache (about a step's time here), so it is rarer: one probe
+    # every two requests or so; a few misses take the prior down
     assert policy.acceptance("w", "draft")[0] < policy.options.prior / 3
 
 
@@ -96,13 +97,14 @@ def test_trees_win_when_the_second_choice_is_often_right():
     policy = GoodputPolicy(CHEAP, GoodputOptions(methods=("draft",), trees=(TreeShape(), wide), ks=(2, 4)))
     # the draft's argmax is wrong at depth 1, but the true token is always among its top 4; deeper it is right
     for step in range(1, 300):
-        config = policy.decide(context(output_len=step))
+        rid, output_len = f"r{step // 64}", step % 64  # requests of 64 tokens, one after another
+        config = policy.decide(context(rid, output_len=output_len))
         if not config.speculative:
-            policy.observe(step_stats(config, 0, step=step))
+            policy.observe(step_stats(config, 0, step=step, request_id=rid))
             continue
         accepted = config.k if config.tree.branching_at(1) >= 4 else 0
         nodes = config.tree.max_nodes(config.k)
-        policy.observe(StepStats(step, "r0", "w", 1, 128, "draft", config.k, nodes, accepted,
+        policy.observe(StepStats(step, rid, "w", 1, 128, "draft", config.k, nodes, accepted,
                                  tuple(1 if d < accepted else 0 for d in range(config.k)), accepted + 1, 1 + nodes,
                                  1 + nodes, 0.01, 0.03, float(step)))
     choice = policy.decide(context())
@@ -247,3 +249,25 @@ def test_a_request_starts_the_draft_model_only_if_its_expected_output_pays_for_f
                 emitted, step = emitted + stats.emitted_tokens, step + 1
     assert [c.speculative for c in firsts["short"]] == [False] * 6
     assert [c.method for c in firsts["long"][1:]] == ["draft"] * 5
+
+
+def test_probes_that_stretch_a_large_batch_step_are_spaced_by_the_time_they_lose():
+    # at batch 16 every extra token per row costs most of a step: one request's lookup of k tokens makes the
+    # verify k + 1 tokens wide for all 16 rows, so a probe step takes up to twice a step's time
+    batch, length = 16, 48
+    cost = linear_cost(per_token=0.004)
+    policy = GoodputPolicy(cost, GoodputOptions(methods=("ngram",)))
+    off_s = cost.verify_s(batch, batch, 128)
+    lost = []
+    for step in range(1, 1201):
+        ids = [f"r{b}-{step // length}" for b in range(batch)]
+        configs = [policy.decide(context(rid, batch_size=batch, output_len=step % length)) for rid in ids]
+        widest = max(c.k if c.speculative else 0 for c in configs)
+        lost.append(cost.verify_s(batch, batch * (1 + widest), 128) / off_s - 1)  # nothing is accepted
+        for rid, config in zip(ids, configs):
+            policy.observe(step_stats(config, 0, step=step, request_id=rid, batch_size=batch))
+    late = lost[-600:]
+    assert max(late) > 0.5  # a probe loses more than half a step
+    # the time the probes lose stays near the budget (x1.5 slack: the first probes wait less); counting a probe's
+    # loss as a share of its own step's throughput, it came to 1.7x
+    assert sum(late) / len(late) < 1.5 * policy.options.probe_budget
