@@ -25,6 +25,13 @@ drafted has an empty draft cache (the engine fills it at the request's first dra
 the whole prompt: a probe carries that whole, a deviation the share of it that one step's tokens are of the
 request's expected remaining output (the workload's mean output so far, less what the request has emitted).
 
+Requests also ride free on a step widened by others. The verify forward is padded to the step's widest row and the
+draft-model pass spans every row to the step's deepest proposal, so once a request deciding earlier in the step has
+widened them (with the draft model, or with a lookup in a bucket whose lookups propose in full), a later one may
+propose up to that width for the price of a lookup: it takes the config with the most expected accepted tokens (the
+draft model only if its cache is current and the step's pass is as deep). Requests decide in the batch's order, so
+only those after the widest one ride.
+
 The batch's choice itself is priced with the buckets' estimates weighted by their share of
 the text (output tokens, not steps: a deep lookup passes a copied stretch in a few steps), since the workload-wide
 estimate is biased once requests deviate (a draft model ends up observed mostly where lookups fail).
@@ -38,7 +45,9 @@ request's lookup can widen the verify enough to take as long as two steps). Prob
 of throughput per group, a
 group that looks almost as good as the choice is re-checked almost every other step, and one that would slow the
 whole batch is checked rarely. A group that has run in fewer than ``WARM_STEPS`` engine steps waits proportionally
-less, since a few steps (say, every request's first) are weak evidence.
+less, since a few steps (say, every request's first) are weak evidence. A group that never ran is not the batch's
+choice whatever its prior: it is probed first (on the prior alone, every request of a batch would start the draft
+model, each filling an empty draft cache).
 
 Depths never observed borrow the deepest observed estimate, which can be far too kind to a deep config (two depths
 seen at 0.99 would price k=16 at 15 accepted tokens), so candidates stop at the first k at least ``REACH`` depths
@@ -72,6 +81,10 @@ from policies.cost_model import CostModel
 CONTEXT_BUCKET = 64
 REACH = 2  # depths a candidate may go past the deepest one observed
 WARM_STEPS = 16
+# a lookup counts as widening its step's verify (see ``_ride``) only where lookups propose in full this often: a
+# request riding on a lookup that came up short would widen the step itself
+SURE_FILL = 0.9
+MIN_RIDE = 0.05  # expected accepted tokens a ride must add: estimates this low are what a run of misses leaves
 CHAIN = TreeShape()
 
 
@@ -214,6 +227,9 @@ class _Deviation:
     fallback: SpecConfig  # the best config without the draft model
     fallback_rate: float  # its batch tokens per second (off's with the margin speculation must beat)
     others_tokens: float  # of the batch tokens per step, those of the other requests
+    rides: list[tuple[float, int, SpecConfig]]  # (E[a], verify nodes, config), best first: see ``_ride``
+    accepted: dict[int, float]  # id(config) -> E[a], for the configs in ``rides``
+    fill: float  # share of an n-gram config's depth the request's lookups propose
 
 
 @dataclass(frozen=True)
@@ -244,6 +260,7 @@ class GoodputPolicy(Policy):
         self.groups = [_Group(method, tree, opts) for method in opts.methods
                        for tree in (opts.trees if method == "draft" else (CHAIN,))]
         self._group_of = {_shape_key(g.method, g.tree): i for i, g in enumerate(self.groups)}
+        self._nodes = {id(config): g.nodes[k] for g in self.groups for k, config in g.configs.items()}  # off: none
         self._widths = sorted({1} | {b for t in opts.trees for b in (t.branching or ())})
         self._workloads: dict[str, _Workload] = {}
         self._pending: dict[str, _Pending] = {}
@@ -251,6 +268,11 @@ class GoodputPolicy(Policy):
         self._catch_up_cost: dict[tuple[int, int, int], float] = {}  # (batch, bucket, catch-up) -> extra seconds
         self._draft_cost: dict[tuple[int, int, int], list[float]] = {}  # (batch, bucket, group) -> by depth
         self._verify_cost: dict[tuple[int, int, float], float] = {}
+        # what the requests decided so far in this step make its forwards span (see ``_ride``); an observation
+        # ends the step: the engine decides every request's step, runs it, then observes every request
+        self._step_width = 0  # verify nodes per row
+        self._step_draft = 0  # draft-model depth
+        self._step_observed = True
 
     @classmethod
     def from_options(cls, options: GoodputOptions, cost_model: CostModel) -> GoodputPolicy:
@@ -258,6 +280,8 @@ class GoodputPolicy(Policy):
 
     # -- deciding ---------------------------------------------------------------------------------------------------
     def decide(self, ctx: DecisionContext) -> SpecConfig:
+        if self._step_observed:  # the first decision of a new step
+            self._step_width, self._step_draft, self._step_observed = 0, 0, False
         config = super().decide(ctx)
         remember(self._pending, ctx.request_id, _Pending(config, self._match_bucket(ctx), ctx.output_len))
         return config
@@ -296,18 +320,19 @@ class GoodputPolicy(Policy):
                 if work.probe_step != work.step:
                     work.probe_step, work.probe_owners = work.step, {}
                 if work.probe_owners.setdefault(group, ctx.request_id) == ctx.request_id:
-                    return config
+                    return self._commit(config, work.table.fill)
         match = self._match_bucket(ctx)
         if match is None:
-            return best.config
+            return self._commit(best.config, work.table.fill)
         deviation = work.deviations.get((batch, match))
         # re-priced with the batch's choice, or else on its first use in a decision that did not re-price the batch's
         if deviation is None or deviation.against is not best.config or \
                 (not evaluated and (deviation.epoch, deviation.bucket) != (epoch, bucket)):
             deviation = self._deviate(work, self._matched(work, match), best, batch, bucket, epoch)
             work.deviations[(batch, match)] = deviation
-        if not deviation.drafts or (catch_up <= 1 and not cold):
-            return deviation.config
+        current = catch_up <= 1 and not cold  # the draft cache lacks at most the last token
+        if not deviation.drafts or current:
+            return self._ride(deviation, deviation.config, current)
         # The draft pass also feeds what this request's draft cache lacks. Filling an empty one (the prompt and all
         # output so far) is paid once and serves the rest of the request, so a step carries the share of it that
         # its own tokens are of the request's expected remaining output.
@@ -321,7 +346,32 @@ class GoodputPolicy(Policy):
             rate = tokens / (seconds + behind + fill_s * (tokens - deviation.others_tokens) / remaining)
             if rate > top:
                 pick, top = config, rate
-        return pick
+        return self._ride(deviation, pick, current)
+
+    def _ride(self, deviation: _Deviation, config: SpecConfig, current: bool) -> SpecConfig:
+        """``config``, or a config with more expected accepted tokens that costs the step nothing: the verify forward is
+        padded to the widest row and a draft-model pass runs over every row at the batch's deepest proposal, so once
+        an earlier request of this step has widened them, this one may propose up to that width (a lookup, or the
+        draft model if its cache is current and no deeper than the step's pass) for the price of a lookup."""
+        width = self._step_width
+        if width and self._nodes.get(id(config), 0) < width:
+            floor = deviation.accepted.get(id(config), 0.0) + MIN_RIDE
+            for accepted, ride_nodes, ride in deviation.rides:
+                if accepted < floor:
+                    break
+                if ride_nodes <= width and (ride.method == "ngram" or (current and ride.k <= self._step_draft)):
+                    return self._commit(ride, deviation.fill)
+        return self._commit(config, deviation.fill)
+
+    def _commit(self, config: SpecConfig, fill: float) -> SpecConfig:
+        """Note what ``config`` makes this step's forwards span, for the requests deciding after this one."""
+        if config.method == "draft":
+            self._step_draft = max(self._step_draft, config.k)
+            self._step_width = max(self._step_width, self._nodes[id(config)])
+        elif config.method == "ngram":  # a lookup widens the verify only as far as it proposes
+            if fill >= SURE_FILL:
+                self._step_width = max(self._step_width, round(config.k * fill))
+        return config
 
     def expected_tokens_per_s(self, workload: str, config: SpecConfig, batch_size: int, context_len: int) -> float:
         """The score ``choose`` ranks configs by (tokens per second of one request at this batch size)."""
@@ -366,7 +416,8 @@ class GoodputPolicy(Policy):
         its probes."""
         off = _Priced(self.off, -1, 0.0, 0.0, 0.0, self._verify(batch, bucket, 0.0))
         per_group = [self._price_group(work, batch, bucket, i, epoch) for i in range(len(self.groups))]
-        winner = max(per_group, key=lambda p: p.score)
+        # a group that never ran is only probed: its estimates are still the prior
+        winner = max((p for p in per_group if work.runs[p.group]), key=lambda p: p.score, default=off)
         best = winner if winner.score > off.score * (1.0 + self.options.margin) else off
         budget = self.options.probe_budget
         probes = [(p.group, p.config, max(1.0, self._probe_loss(best, p, batch, bucket) / budget
@@ -427,9 +478,12 @@ class GoodputPolicy(Policy):
         verify, floor_nodes, own_tokens = self._verify, batch_best.nodes, others_tokens + 1.0  # the others' widest
         off_rate = own_tokens / (others_draft_s + verify(batch, bucket, floor_nodes))
         choice, top, fallback, fallback_top, drafts = self.off, off_rate * margin, self.off, off_rate * margin, []
+        rides = []
         for index, group in enumerate(self.groups):
             reach = max(table.observed_depth(group.method), work.table.observed_depth(group.method)) + REACH
             accepted = table.accepted_by_depth(group.method, group.tree, group.deepest(reach), cache=False)
+            priced = group.ks[:bisect_left(group.ks, reach) + 1]
+            rides += [(accepted[k], group.nodes[k], group.configs[k]) for k in priced]
             if group.method == "ngram":
                 fill, lookup_s = table.fill, others_draft_s + self.cost.ngram_s
                 for k in group.ks:
@@ -456,9 +510,12 @@ class GoodputPolicy(Policy):
                     break
         if choice.method != "draft":
             drafts = []
+        rides.sort(key=lambda ride: -ride[0])
+        accepted_of = {id(config): a for a, _, config in rides}
         return _Deviation(epoch, bucket, batch_best.config, choice,
                           [(c, tokens, seconds) for c, tokens, seconds, rate in drafts if rate > fallback_top],
-                          fallback, fallback_top, others_tokens)
+                          fallback, fallback_top, others_tokens, rides, accepted_of,
+                          table.fill)
 
     def _catch_up_s(self, batch: int, bucket: int, catch_up: int) -> float:
         """Extra seconds of a draft pass when one request's draft cache lacks ``catch_up`` tokens: its first forward
@@ -517,6 +574,7 @@ class GoodputPolicy(Policy):
             self._pending[request_id] = _Pending(config, pending.match, pending.output_len)
 
     def observe(self, stats: StepStats) -> None:
+        self._step_observed = True
         pending = self._pending.pop(stats.request_id, None)
         decided, match = (pending.config, pending.match) if pending is not None else (None, None)
         if pending is not None and stats.method == "draft" and stats.draft_tokens > 0:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from engine.config import SpecConfig, TreeShape
+from engine.policy import DecisionContext
 from engine.stats import StepStats
 from policies.cost_model import uniform_grid
 from policies.goodput import GoodputOptions, GoodputPolicy
@@ -59,9 +60,12 @@ def test_turns_off_when_verification_is_expensive():
 
 def test_batch_size_changes_the_choice():
     # same acceptance (the prior), but verify cost grows steeply with the batch's tokens
-    policy = GoodputPolicy(linear_cost(per_token=0.004), GoodputOptions(methods=("ngram",), prior=0.7))
-    assert policy.decide(context(batch_size=1)).speculative
-    assert not policy.decide(context(batch_size=16)).speculative
+    def first_decision(batch_size: int) -> SpecConfig:
+        policy = GoodputPolicy(linear_cost(per_token=0.004), GoodputOptions(methods=("ngram",), prior=0.7))
+        return policy.decide(context(batch_size=batch_size))
+
+    assert first_decision(1).speculative
+    assert not first_decision(16).speculative
 
 
 def test_probes_while_off_and_turns_back_on():
@@ -158,9 +162,15 @@ def test_a_step_is_priced_at_the_batch_longest_context():
     # verify cost grows steeply with context: a short request in a batch with a long one must price the long one
     steep_context = CHEAP.model_copy(update={"target": uniform_grid(BATCHES, TOKENS, CONTEXTS,
                                                                     lambda b, t, c: 0.02 + 0.00002 * b * t * c)})
-    policy = GoodputPolicy(steep_context, GoodputOptions(methods=("ngram",), prior=0.5))
-    assert policy.decide(context("a", batch_size=4, context_len=64)).speculative
-    assert not policy.decide(context("b", batch_size=4, context_len=64, batch_context_len=4096)).speculative
+
+    def decision(ctx: DecisionContext) -> SpecConfig:
+        policy = GoodputPolicy(steep_context, GoodputOptions(methods=("ngram",), prior=0.5))
+        # n-gram has run once (a group that never ran is only probed), accepting as the prior assumes
+        policy.observe(step_stats(SpecConfig(method="ngram", k=2), 1, request_id="earlier", batch_size=4))
+        return policy.decide(ctx)
+
+    assert decision(context("a", batch_size=4, context_len=64)).speculative
+    assert not decision(context("b", batch_size=4, context_len=64, batch_context_len=4096)).speculative
 
 
 def test_step_overhead_favours_tokens_per_step():
@@ -271,3 +281,36 @@ def test_probes_that_stretch_a_large_batch_step_are_spaced_by_the_time_they_lose
     # the time the probes lose stays near the budget (x1.5 slack: the first probes wait less); counting a probe's
     # loss as a share of its own step's throughput, it came to 1.7x
     assert sum(late) / len(late) < 1.5 * policy.options.probe_budget
+
+
+def test_a_group_that_never_ran_is_probed_before_the_batch_runs_it():
+    # the prior alone says n-gram pays for the whole batch; it runs in one request first, then, confirmed, in all
+    policy = GoodputPolicy(CHEAP, GoodputOptions(methods=("ngram",), prior=0.9, match_buckets=()))
+    batch, first = 8, []
+    for step in range(1, 5):
+        ids = [f"r{b}" for b in range(batch)]
+        configs = [policy.decide(context(rid, batch_size=batch, output_len=step)) for rid in ids]
+        for rid, config in zip(ids, configs):
+            policy.observe(step_stats(config, config.k, step=step, request_id=rid, batch_size=batch))
+        first.append(sum(c.speculative for c in configs))
+    assert first[:2] == [0, 1]  # nothing ran yet, then one request probes
+    assert first[2:] == [batch, batch]
+
+
+def test_a_request_rides_free_on_a_step_widened_by_an_earlier_request():
+    """A copying request widens the step's verify to 8 tokens a row; a request whose lookups are right a fifth of
+    the time would not widen it for itself (speculation must beat off by half here), but once the verify is that wide
+    its own lookup costs the step nothing, so it proposes too: only when it decides after the copying request."""
+    policy = GoodputPolicy(CHEAP, GoodputOptions(ks=(1, 2, 4, 8), methods=("ngram",), margin=1.0))
+    after, before = [], []
+    for step in range(1, 401):
+        copy = context("copy", batch_size=2, output_len=step, suffix_match=9)
+        rare = context("rare", batch_size=2, output_len=step, suffix_match=1)
+        order = [copy, rare] if step % 2 else [rare, copy]
+        configs = {ctx.request_id: policy.decide(ctx) for ctx in order}
+        policy.observe(step_stats(configs["copy"], configs["copy"].k, step=step, request_id="copy", batch_size=2))
+        policy.observe(step_stats(configs["rare"], int(step % 5 == 0), step=step, request_id="rare", batch_size=2))
+        (after if step % 2 else before).append((configs["copy"], configs["rare"]))
+    assert all(c.method == "ngram" and c.k == 8 for c, _ in after[-100:] + before[-100:])
+    assert all(r.method == "ngram" and r.k <= 8 for _, r in after[-100:])
+    assert all(not r.speculative for _, r in before[-100:])
