@@ -227,8 +227,7 @@ class _Deviation:
     fallback: SpecConfig  # the best config without the draft model
     fallback_rate: float  # its batch tokens per second (off's with the margin speculation must beat)
     others_tokens: float  # of the batch tokens per step, those of the other requests
-    rides: list[tuple[float, int, SpecConfig]]  # (E[a], verify nodes, config), best first: see ``_ride``
-    accepted: dict[int, float]  # id(config) -> E[a], for the configs in ``rides``
+    accepted: list[tuple[list[float], int]]  # per group: E[a] by depth and how many of its ks were priced
     fill: float  # share of an n-gram config's depth the request's lookups propose
 
 
@@ -260,7 +259,7 @@ class GoodputPolicy(Policy):
         self.groups = [_Group(method, tree, opts) for method in opts.methods
                        for tree in (opts.trees if method == "draft" else (CHAIN,))]
         self._group_of = {_shape_key(g.method, g.tree): i for i, g in enumerate(self.groups)}
-        self._nodes = {id(config): g.nodes[k] for g in self.groups for k, config in g.configs.items()}  # off: none
+        self._slot = {id(config): (i, k) for i, g in enumerate(self.groups) for k, config in g.configs.items()}
         self._widths = sorted({1} | {b for t in opts.trees for b in (t.branching or ())})
         self._workloads: dict[str, _Workload] = {}
         self._pending: dict[str, _Pending] = {}
@@ -354,20 +353,26 @@ class GoodputPolicy(Policy):
         an earlier request of this step has widened them, this one may propose up to that width (a lookup, or the
         draft model if its cache is current and no deeper than the step's pass) for the price of a lookup."""
         width = self._step_width
-        if width and self._nodes.get(id(config), 0) < width:
-            floor = deviation.accepted.get(id(config), 0.0) + MIN_RIDE
-            for accepted, ride_nodes, ride in deviation.rides:
-                if accepted < floor:
-                    break
-                if ride_nodes <= width and (ride.method == "ngram" or (current and ride.k <= self._step_draft)):
-                    return self._commit(ride, deviation.fill)
+        own = self._slot.get(id(config))  # None for off
+        if width and (own is None or self.groups[own[0]].nodes[own[1]] < width):
+            top = MIN_RIDE + (deviation.accepted[own[0]][0][own[1]] if own is not None else 0.0)
+            for group, (accepted, priced) in zip(self.groups, deviation.accepted, strict=True):
+                if group.method == "draft" and not current:
+                    continue
+                reach = width if group.method == "ngram" else min(width, self._step_draft)
+                for k in reversed(group.ks[:priced]):  # E[a] grows with k: the deepest that fits is the group's best
+                    if group.nodes[k] <= reach:
+                        if accepted[k] >= top:
+                            config, top = group.configs[k], accepted[k]
+                        break
         return self._commit(config, deviation.fill)
 
     def _commit(self, config: SpecConfig, fill: float) -> SpecConfig:
         """Note what ``config`` makes this step's forwards span, for the requests deciding after this one."""
         if config.method == "draft":
             self._step_draft = max(self._step_draft, config.k)
-            self._step_width = max(self._step_width, self._nodes[id(config)])
+            index, k = self._slot[id(config)]
+            self._step_width = max(self._step_width, self.groups[index].nodes[k])
         elif config.method == "ngram":  # a lookup widens the verify only as far as it proposes
             if fill >= SURE_FILL:
                 self._step_width = max(self._step_width, round(config.k * fill))
@@ -478,12 +483,11 @@ class GoodputPolicy(Policy):
         verify, floor_nodes, own_tokens = self._verify, batch_best.nodes, others_tokens + 1.0  # the others' widest
         off_rate = own_tokens / (others_draft_s + verify(batch, bucket, floor_nodes))
         choice, top, fallback, fallback_top, drafts = self.off, off_rate * margin, self.off, off_rate * margin, []
-        rides = []
+        by_group = []
         for index, group in enumerate(self.groups):
             reach = max(table.observed_depth(group.method), work.table.observed_depth(group.method)) + REACH
             accepted = table.accepted_by_depth(group.method, group.tree, group.deepest(reach), cache=False)
-            priced = group.ks[:bisect_left(group.ks, reach) + 1]
-            rides += [(accepted[k], group.nodes[k], group.configs[k]) for k in priced]
+            by_group.append((accepted, bisect_left(group.ks, reach) + 1))
             if group.method == "ngram":
                 fill, lookup_s = table.fill, others_draft_s + self.cost.ngram_s
                 for k in group.ks:
@@ -510,12 +514,9 @@ class GoodputPolicy(Policy):
                     break
         if choice.method != "draft":
             drafts = []
-        rides.sort(key=lambda ride: -ride[0])
-        accepted_of = {id(config): a for a, _, config in rides}
         return _Deviation(epoch, bucket, batch_best.config, choice,
                           [(c, tokens, seconds) for c, tokens, seconds, rate in drafts if rate > fallback_top],
-                          fallback, fallback_top, others_tokens, rides, accepted_of,
-                          table.fill)
+                          fallback, fallback_top, others_tokens, by_group, table.fill)
 
     def _catch_up_s(self, batch: int, bucket: int, catch_up: int) -> float:
         """Extra seconds of a draft pass when one request's draft cache lacks ``catch_up`` tokens: its first forward
