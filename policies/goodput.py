@@ -95,7 +95,7 @@ class GoodputOptions(PolicyOptions):
     min_n: int = 1
     max_n: int = 8
     prior: float = Field(default=0.6, ge=0.0, le=1.0)  # conditional acceptance assumed before any observation
-    decay: float = Field(default=0.05, gt=0.0, le=1.0)  # weight of a new observation once warmed up
+    decay: float = Field(default=0.0125, gt=0.0, le=1.0)  # weight of a new observation once warmed up
     probe_budget: float = Field(default=0.005, gt=0.0, le=1.0)  # throughput share spent re-checking each group
     refresh_every: int = Field(default=32, ge=1)  # observations between re-evaluations of a cached choice
     margin: float = Field(default=0.02, ge=0.0)  # speculation must beat off by this fraction

@@ -88,12 +88,14 @@ def test_ngram_lookup_that_finds_nothing_is_a_miss():
 
 def test_workloads_learn_separately():
     policy = GoodputPolicy(CHEAP)
+    decided = {"code": [], "prose": []}
     for step in range(1, 200):
         for workload, accept in (("code", lambda c: c.k), ("prose", lambda c: 0)):
             config = policy.decide(context(workload, workload, output_len=step))
             policy.observe(step_stats(config, accept(config), step=step, request_id=workload, workload=workload))
-    assert policy.decide(context("code", "code", output_len=200)).speculative
-    assert not policy.decide(context("prose", "prose", output_len=200)).speculative
+            decided[workload].append(config)
+    assert all(c.speculative for c in decided["code"][-50:])
+    assert sum(c.speculative for c in decided["prose"][-50:]) <= 15  # probes: a cheap verify re-checks lookups often
 
 
 def test_trees_win_when_the_second_choice_is_often_right():
