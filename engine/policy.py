@@ -44,6 +44,10 @@ class DecisionContext:
 
 @runtime_checkable
 class SpecPolicy(Protocol):
+    """Consulted every step: ``decide`` for each request of the step in batch order, then the step runs, then
+    ``observe`` for each of them. A policy may rely on that order (goodput lets a request propose for free up to the
+    width that requests deciding earlier in the same step have already made it span)."""
+
     def decide(self, ctx: DecisionContext) -> SpecConfig:
         """Config for this request's next step. Must be fast (tens of microseconds) and must not block."""
         ...
