@@ -373,9 +373,8 @@ class GoodputPolicy(Policy):
             self._step_draft = max(self._step_draft, config.k)
             index, k = self._slot[id(config)]
             self._step_width = max(self._step_width, self.groups[index].nodes[k])
-        elif config.method == "ngram":  # a lookup widens the verify only as far as it proposes
-            if fill >= SURE_FILL:
-                self._step_width = max(self._step_width, round(config.k * fill))
+        elif config.method == "ngram" and fill >= SURE_FILL:  # a lookup widens the verify as far as it proposes
+            self._step_width = max(self._step_width, round(config.k * fill))
         return config
 
     def expected_tokens_per_s(self, workload: str, config: SpecConfig, batch_size: int, context_len: int) -> float:
