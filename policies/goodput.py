@@ -22,8 +22,13 @@ forward feeds padded across the batch, or a forward of its own when many are mis
 theirs). Draft probes pay that catch-up too, so they
 wait longer on a request that has not drafted for a while and go to one whose cache is current. A request that never
 drafted has an empty draft cache (the engine fills it at the request's first draft pass), so its first draft feeds
-the whole prompt: a probe carries that whole, a deviation the share of it that one step's tokens are of the
-request's expected remaining output (the workload's mean output so far, less what the request has emitted).
+the whole prompt. A deviation carries the share of such a fill or catch-up that one step's tokens are of the request's
+expected remaining output (what the longest request seen ran beyond it, and at least what it has emitted: a request
+that has run long tends to run longer); a probe carries it whole, except a group's first probe when the group, fills
+included, looks at least as good as the choice: the fill buys its first estimate. (Charged whole to one step, a
+catch-up kept a request that had missed a few draft passes off the draft model for good, behind by more each step.)
+The batch's choice prices the draft model with every request's fill of its prompt spread over the longest output
+seen, which is what the draft model costs beyond its passes once every request runs it.
 
 Requests also ride free on a step widened by others. The verify forward is padded to the step's widest row and the
 draft-model pass spans every row to the step's deepest proposal, so once a request deciding earlier in the step has
@@ -167,7 +172,7 @@ class _Workload:
     """What the policy knows about one workload."""
 
     __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_step", "probe_owners",
-                 "matched", "mix", "deviations", "acceptance", "requests", "emitted")
+                 "matched", "mix", "deviations", "acceptance", "prompts", "prompt_tokens", "longest")
 
     def __init__(self, table: AcceptanceTable, groups: int) -> None:
         self.table = table
@@ -184,14 +189,9 @@ class _Workload:
         # each group's ``_batch_acceptance`` for an epoch, computed by the observations just before it starts, one
         # group per observation (so that no single call computes them all)
         self.acceptance: list[tuple[int, tuple[list[float], float, int]] | None] = [None] * groups
-        self.requests = 0  # requests seen taking their first step
-        self.emitted = 0  # tokens they have emitted so far
-
-    @property
-    def mean_output(self) -> float:
-        """Output tokens per request so far; requests still running pull it low, which errs on the side of not
-        starting the draft model's cache for a request."""
-        return self.emitted / self.requests if self.requests else 0.0
+        self.prompts = 0  # requests seen deciding their first step
+        self.prompt_tokens = 0  # their prompt tokens
+        self.longest = 0  # the longest output seen so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,11 +206,12 @@ class _Pending:
 @dataclass(frozen=True, slots=True)
 class _Choice:
     """The batch's config at one (batch size, context bucket) as priced in ``epoch``, and the probes of the other
-    groups: (group, its best config, steps to wait between probes)."""
+    groups: (group, its best config, steps to wait between probes, whether a first probe skips the wait for its
+    draft-cache fill)."""
 
     epoch: int
     best: _Priced
-    probes: list[tuple[int, SpecConfig, float]]
+    probes: list[tuple[int, SpecConfig, float, bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +295,10 @@ class GoodputPolicy(Policy):
 
     def choose(self, ctx: DecisionContext) -> SpecConfig:
         work = self._workload(ctx.workload)
+        if ctx.output_len == 0:
+            work.prompts += 1
+            work.prompt_tokens += ctx.prompt_len
+        work.longest = max(work.longest, ctx.output_len)
         batch = max(ctx.batch_size, 1)
         bucket = max(ctx.step_context_len, 0) // CONTEXT_BUCKET
         epoch = self._epoch(work.observations)
@@ -305,11 +310,11 @@ class GoodputPolicy(Policy):
         best, probes = choice.best, choice.probes
         catch_up = self._catch_up(ctx)
         cold = ctx.request_id not in self._drafted_to  # its draft cache is empty: the first draft pass fills it
-        for group, config, gap in probes:
+        for group, config, gap, explore in probes:
             waited = work.step - work.last_run[group]
             if waited < gap:
                 continue
-            if config.method == "draft" and (cold or catch_up > 1):
+            if config.method == "draft" and (cold or catch_up > 1) and not explore:
                 # a draft probe also feeds what this request's draft cache lacks
                 extra = self._catch_up_s(batch, bucket, self._first_draft(ctx) if cold else catch_up)
                 gap += extra / best.seconds / self.options.probe_budget
@@ -335,14 +340,11 @@ class GoodputPolicy(Policy):
         # The draft pass also feeds what this request's draft cache lacks. Filling an empty one (the prompt and all
         # output so far) is paid once and serves the rest of the request, so a step carries the share of it that
         # its own tokens are of the request's expected remaining output.
-        if cold:
-            behind, fill_s = 0.0, self._catch_up_s(batch, bucket, self._first_draft(ctx))
-            remaining = max(work.mean_output - ctx.output_len, 1.0)
-        else:
-            behind, fill_s, remaining = self._catch_up_s(batch, bucket, catch_up), 0.0, 1.0
+        fill_s = self._catch_up_s(batch, bucket, self._first_draft(ctx) if cold else catch_up)
+        remaining = self._remaining(work, ctx.output_len)
         pick, top = deviation.fallback, deviation.fallback_rate
         for config, tokens, seconds in deviation.drafts:
-            rate = tokens / (seconds + behind + fill_s * (tokens - deviation.others_tokens) / remaining)
+            rate = tokens / (seconds + fill_s * (tokens - deviation.others_tokens) / remaining)
             if rate > top:
                 pick, top = config, rate
         return self._ride(deviation, pick, current)
@@ -404,9 +406,11 @@ class GoodputPolicy(Policy):
         accepted, fill, reach = cached[1]
         widest = _widest(fill, batch)
         drafting = self._draft(batch, bucket, index)
+        per_token = self._fill_per_token(work, batch, bucket) if group.method == "draft" else 0.0
         top_k, top_score, top_seconds = 0, -1.0, 0.0
         for k in group.ks:
-            seconds = drafting[k] + self._verify(batch, bucket, group.nodes[k] * widest)
+            seconds = drafting[k] + self._verify(batch, bucket, group.nodes[k] * widest) \
+                + batch * (1.0 + accepted[k]) * per_token
             score = (1.0 + accepted[k]) / seconds
             if score > top_score:
                 top_k, top_score, top_seconds = k, score, seconds
@@ -424,8 +428,11 @@ class GoodputPolicy(Policy):
         winner = max((p for p in per_group if work.runs[p.group]), key=lambda p: p.score, default=off)
         best = winner if winner.score > off.score * (1.0 + self.options.margin) else off
         budget = self.options.probe_budget
+        # a group that never ran but looks at least as good as the choice, draft-cache fills included, is probed
+        # without waiting for the probing request's fill to pay off: the fill buys its first estimate
         probes = [(p.group, p.config, max(1.0, self._probe_loss(best, p, batch, bucket) / budget
-                                          * min(1.0, work.runs[p.group] / WARM_STEPS)))
+                                          * min(1.0, work.runs[p.group] / WARM_STEPS)),
+                   not work.runs[p.group] and p.score >= best.score)
                   for p in per_group if p is not best]
         return _Choice(epoch, best, probes)
 
@@ -517,6 +524,20 @@ class GoodputPolicy(Policy):
                           [(c, tokens, seconds) for c, tokens, seconds, rate in drafts if rate > fallback_top],
                           fallback, fallback_top, others_tokens, by_group, table.fill)
 
+    @staticmethod
+    def _remaining(work: _Workload, output_len: int) -> float:
+        """Output tokens a running request is expected still to emit: at least what the longest request seen ran
+        beyond it, and at least what it has emitted so far (a request that has run long tends to run longer)."""
+        return float(max(work.longest - output_len, output_len, 1))
+
+    def _fill_per_token(self, work: _Workload, batch: int, bucket: int) -> float:
+        """Seconds per output token of filling a request's empty draft cache with the workload's mean prompt,
+        spread over the longest output seen."""
+        if not work.prompts:
+            return 0.0
+        prompt = -(-work.prompt_tokens // work.prompts // 32) * 32
+        return self._catch_up_s(batch, bucket, prompt) / max(work.longest, 1)
+
     def _catch_up_s(self, batch: int, bucket: int, catch_up: int) -> float:
         """Extra seconds of a draft pass when one request's draft cache lacks ``catch_up`` tokens: its first forward
         feeds them padded across the batch, or a row far behind catches up in a forward of its own."""
@@ -583,9 +604,6 @@ class GoodputPolicy(Policy):
                      pending.output_len + min(stats.accepted_tokens, max(stats.k - 1, 0)))
         work = self._workload(stats.workload)
         work.observations += 1
-        if pending is not None and pending.output_len == 0:
-            work.requests += 1
-        work.emitted += stats.emitted_tokens
         work.step = max(work.step, stats.step)
         if match is not None:
             # The text's shares are a property of the workload: remembered over about 1 / decay engine steps at any
