@@ -316,3 +316,67 @@ def test_a_request_rides_free_on_a_step_widened_by_an_earlier_request():
     assert all(c.method == "ngram" and c.k == 8 for c, _ in after[-100:] + before[-100:])
     assert all(r.method == "ngram" and r.k <= 8 for _, r in after[-100:])
     assert all(not r.speculative for _, r in before[-100:])
+
+
+def test_a_groups_first_probe_does_not_wait_for_the_probing_requests_draft_cache_fill_to_pay_off():
+    """Filling a request's empty draft cache costs about three steps here; charged whole to the probe, the draft
+    model's first probe would wait 3 / probe_budget steps. It looks as good as the batch's choice on the prior, so its
+    first probe runs at once and the estimates it brings decide the rest."""
+    cost = linear_cost(draft_base=0.002, draft_per_token=0.001)
+    policy = GoodputPolicy(cost, GoodputOptions(ks=(2, 4)))
+    decisions = run(policy, 40, accept=lambda c: c.k if c.method == "draft" else 0, batch=2, length=400)
+    first = next(i for i, d in enumerate(decisions) if d.method == "draft")
+    assert first < 2 * 4  # within the first steps of a batch of 2
+    assert all(d.method == "draft" for d in decisions[-10:])
+
+
+def test_a_request_behind_on_the_draft_model_catches_up_while_the_batch_drafts():
+    """A request held off the draft model for some steps (here: overridden, as a requested config or a cooldown
+    would) finds its draft cache behind. Its catch-up feeds the missing tokens once and then serves every later step,
+    so it is spread over the request's expected remaining output; charged whole to one step it kept the request off
+    the draft model for good, more behind each step."""
+    cost = linear_cost(draft_base=0.001, draft_per_token=0.001)  # 10 missing tokens: most of a step
+    policy = GoodputPolicy(cost, GoodputOptions(methods=("draft",), ks=(2, 4)))
+    emitted = {"a": 0, "b": 0}
+    decisions = {"a": [], "b": []}
+    for step in range(1, 81):
+        for rid in ("a", "b"):
+            # 4-token prompts: filling an empty draft cache is cheap, catching up after steps off is not
+            config = policy.decide(DecisionContext(rid, "w", 2, 128, 4, emitted[rid], 0, SpecConfig(), None, None, 0))
+            if rid == "a" and 30 <= step < 40:
+                config = SpecConfig()
+                policy.overridden(rid, config)
+            stats = step_stats(config, config.k, step=step, request_id=rid, batch_size=2)
+            policy.observe(stats)
+            emitted[rid] += stats.emitted_tokens
+            decisions[rid].append(config)
+    assert decisions["a"][25].method == decisions["b"][25].method == "draft"
+    assert all(d.method == "draft" for d in decisions["a"][-20:])
+
+
+def test_the_batch_prices_the_draft_model_with_every_requests_prompt_fill():
+    """The draft model accepts all 4 of its tokens, lookups half; per step the draft model is the better choice
+    (10 tokens in 0.044 s against 6 in 0.029 s at batch 2). But each request's first draft pass feeds its 640-token
+    prompt to the draft cache (0.26 s) and emits only 48 tokens: with that fill the draft model makes about 100
+    tokens/s, lookups about 150. The batch's choice carries the fills, so requests keep to lookups; priced on its
+    passes alone, every request would start the draft model."""
+    cost = linear_cost(draft_base=0.002, draft_per_token=0.0004)
+    policy = GoodputPolicy(cost, GoodputOptions(ks=(2, 4), match_buckets=()))
+    batch, length, emitted, started = 2, 48, {}, set()
+    rows = [0] * batch
+    for step in range(1, 601):
+        ids = []
+        for b in range(batch):
+            if emitted.get(f"r{b}-{rows[b]}", 0) >= length:
+                rows[b] += 1
+            ids.append(f"r{b}-{rows[b]}")
+        configs = [policy.decide(DecisionContext(rid, "w", batch, 1024, 640, emitted.get(rid, 0), 0, SpecConfig(),
+                                                 None, None, 0)) for rid in ids]
+        for rid, config in zip(ids, configs):
+            stats = step_stats(config, config.k if config.method == "draft" else config.k // 2, step=step,
+                               request_id=rid, batch_size=batch)
+            policy.observe(stats)
+            emitted[rid] = emitted.get(rid, 0) + stats.emitted_tokens
+            if config.method == "draft":
+                started.add(rid)
+    assert len(started) <= 0.1 * len(emitted)
