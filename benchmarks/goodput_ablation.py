@@ -1,0 +1,70 @@
+"""Goodput variants against the committed policies table, in seconds: replays every cell of
+``benchmarks/results/policies.json`` (main and held-out traces, the same request orders) with each policy SPEC and
+scores it against that table's oracle, off and best global static. For trying a change to goodput before the full
+``benchmarks/policies.py`` run (which re-derives the oracle and checks replay against the live engine).
+
+    .venv/bin/python benchmarks/goodput_ablation.py goodput goodput:prior=0.7 [--orders 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)  # benchmarks/policies.py would shadow the ``policies`` package
+
+from policies.registry import build_policy  # noqa: E402
+from tuner.replay import prepare, replay_cell  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+TARGET_RATIO = 0.97  # goodput >= 0.97x the per-cell oracle
+
+
+def _policies_benchmark():
+    """benchmarks/policies.py as a module (its name clashes with the ``policies`` package)."""
+    spec = importlib.util.spec_from_file_location("policies_benchmark", HERE / "policies.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("specs", nargs="+", help="policy SPECs, e.g. goodput goodput:margin=0.05")
+    parser.add_argument("--orders", type=int, default=4, help="request orders per cell (the table's: 4)")
+    args = parser.parse_args()
+    bench = _policies_benchmark()
+    table = json.loads((bench.RESULTS / "policies.json").read_text())
+    prompts = table["meta"]["prompts"]
+    cost = bench.cost_model(bench.Models())
+    for name, directory, key, picked in (("main", bench.TRACES, "cells", slice(0, prompts)),
+                                         ("held-out", bench.HELD_OUT, "held_out_cells", slice(prompts, 2 * prompts))):
+        groups = {w: bench.traces_for(w, picked, table["meta"]["new_tokens"], bench.Models(), directory)
+                  for w in bench.WORKLOADS}
+        by_order = [{k: prepare(v) for k, v in bench.cells_for(bench.rotated(groups, o)).items()}
+                    for o in range(args.orders)]
+        for spec in args.specs:
+            ratios, misses, lowest, mixed = [], [], float("inf"), []
+            for row in table[key]:
+                cell = (row["workload"], row["batch_size"])
+                runs = [replay_cell(cells[cell], build_policy(spec, cost), cost, cell[1], spec) for cells in by_order]
+                speedup = sum(r.tokens_per_s for r in runs) / len(runs) / row["off_tokens_per_s"]
+                ratio = speedup / row["oracle"]
+                ratios.append(ratio)
+                lowest = min(lowest, speedup)
+                if ratio < TARGET_RATIO:
+                    misses.append(f"{cell[0]} B={cell[1]} {ratio:.3f}")
+                if cell[0] == "mixed":
+                    mixed.append(f"{speedup / row['best_global_static']:.2f}")
+            met = sum(r >= TARGET_RATIO for r in ratios)
+            print(f"{name:<8} {spec}: >= {TARGET_RATIO}x oracle in {met}/{len(ratios)} cells, mean "
+                  f"{sum(ratios) / len(ratios):.3f}; lowest vs off {lowest:.3f}; mixed vs best global static "
+                  f"{' '.join(mixed)}; misses: {', '.join(misses) or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
