@@ -99,11 +99,11 @@ EQUAL: list[tuple[str, HfConfig, SpecConfig]] = [
      StConfig(SpecConfig(method="draft", k=4), int8=True)),
     ("n-gram k=4 n<=2", HfConfig("lookup", 4), StConfig(SpecConfig(method="ngram", k=4, min_n=1, max_n=2))),
 ]
-HF_GRID = ([HfConfig("assisted", k) for k in (2, 4, 6)] + [HfConfig("assisted", k, int8=True) for k in (2, 3, 4, 6)]
+HF_GRID = ([HfConfig("assisted", k) for k in (2, 4, 6)] + [HfConfig("assisted", k, int8=True) for k in (2, 3, 4, 6, 8)]
            + [HfConfig("lookup", k) for k in (4, 8, 12)])
 ST_GRID = ([StConfig(SpecConfig(method="draft", k=k)) for k in (2, 4, 6)]
            + [StConfig(SpecConfig(method="draft", k=4, tree=TreeShape(branching=(2, 2))))]
-           + [StConfig(SpecConfig(method="draft", k=k), int8=True) for k in (2, 3, 4, 6)]
+           + [StConfig(SpecConfig(method="draft", k=k), int8=True) for k in (2, 3, 4, 6, 8)]
            + [StConfig(SpecConfig(method="draft", k=3, tree=TreeShape(branching=(2, 2))), int8=True),
               StConfig(SpecConfig(method="draft", k=4, tree=TreeShape(top_k=3, budget=10)), int8=True)]
            + [StConfig(SpecConfig(method="ngram", k=k, min_n=1, max_n=n)) for k in (4, 8, 12) for n in (2, 3)]
