@@ -37,10 +37,17 @@ def main() -> None:
     parser.add_argument("specs", nargs="+", help="policy SPECs, e.g. goodput goodput:margin=0.05")
     parser.add_argument("--orders", type=int, default=4, help="request orders per cell (the table's: 4)")
     args = parser.parse_args()
+    if args.orders < 1:
+        parser.error("--orders: must be at least 1")
     bench = _policies_benchmark()
     table = json.loads((bench.RESULTS / "policies.json").read_text())
     prompts = table["meta"]["prompts"]
     cost = bench.cost_model(bench.Models())
+    for spec in args.specs:
+        try:
+            build_policy(spec, cost)
+        except ValueError as exc:
+            parser.error(str(exc))
     for name, directory, key, picked in (("main", bench.TRACES, "cells", slice(0, prompts)),
                                          ("held-out", bench.HELD_OUT, "held_out_cells", slice(prompts, 2 * prompts))):
         groups = {w: bench.traces_for(w, picked, table["meta"]["new_tokens"], bench.Models(), directory)

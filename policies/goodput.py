@@ -145,6 +145,11 @@ def _widest(fill: float, batch: int) -> float:
     return 1.0 - (1.0 - fill) ** batch
 
 
+def _fill_tokens(tokens: int) -> int:
+    """A draft-cache fill of ``tokens``, rounded up to a multiple of 32 so that its price stays cacheable."""
+    return -(-tokens // 32) * 32
+
+
 def _shape_key(method: str, tree: TreeShape) -> tuple[str, tuple[int, ...] | None]:
     return method, None if tree.is_chain else tree.branching
 
@@ -338,8 +343,8 @@ class GoodputPolicy(Policy):
         if not deviation.drafts or current:
             return self._ride(deviation, deviation.config, current)
         # The draft pass also feeds what this request's draft cache lacks. Filling an empty one (the prompt and all
-        # output so far) is paid once and serves the rest of the request, so a step carries the share of it that
-        # its own tokens are of the request's expected remaining output.
+        # output so far) or catching up a behind one is paid once and serves the rest of the request, so a step
+        # carries the share of it that its own tokens are of the request's expected remaining output.
         fill_s = self._catch_up_s(batch, bucket, self._first_draft(ctx) if cold else catch_up)
         remaining = self._remaining(work, ctx.output_len)
         pick, top = deviation.fallback, deviation.fallback_rate
@@ -472,8 +477,8 @@ class GoodputPolicy(Policy):
 
     @staticmethod
     def _first_draft(ctx: DecisionContext) -> int:
-        """Tokens an empty draft cache lacks (the prompt and the output so far), rounded up to a multiple of 32."""
-        return -(-(ctx.prompt_len + ctx.output_len) // 32) * 32
+        """Tokens an empty draft cache lacks (the prompt and the output so far), rounded to keep prices cacheable."""
+        return _fill_tokens(ctx.prompt_len + ctx.output_len)
 
     def _deviate(self, work: _Workload, table: AcceptanceTable, batch_best: _Priced, batch: int,
                  bucket: int, epoch: int) -> _Deviation:
@@ -535,8 +540,8 @@ class GoodputPolicy(Policy):
         spread over the longest output seen."""
         if not work.prompts:
             return 0.0
-        prompt = -(-work.prompt_tokens // work.prompts // 32) * 32
-        return self._catch_up_s(batch, bucket, prompt) / max(work.longest, 1)
+        prompt = -(-work.prompt_tokens // work.prompts)  # the mean prompt, rounded up
+        return self._catch_up_s(batch, bucket, _fill_tokens(prompt)) / max(work.longest, 1)
 
     def _catch_up_s(self, batch: int, bucket: int, catch_up: int) -> float:
         """Extra seconds of a draft pass when one request's draft cache lacks ``catch_up`` tokens: its first forward
