@@ -137,7 +137,9 @@ class Bench:
     def __init__(self, target: LoadedModel, draft: LoadedModel, draft_int8: LoadedModel, max_new_tokens: int) -> None:
         self.target, self.max_new_tokens = target, max_new_tokens
         self.drafts = {False: draft, True: draft_int8}
-        self.decoders = (target.model.get_decoder(), draft.model.get_decoder(), draft_int8.model.get_decoder())
+        # the engine drafts with the int8 copy through its fused forward, transformers through the model's own
+        fused = [draft_int8.fused_decoder] if draft_int8.fused_decoder is not None else []
+        self.decoders = (target.model.get_decoder(), draft.model.get_decoder(), draft_int8.model.get_decoder(), *fused)
         self.pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
         self._ids = 0
 
@@ -286,17 +288,18 @@ def cost_curve(target: LoadedModel, draft: LoadedModel, draft_int8: LoadedModel,
     included) and a plain transformers forward on a DynamicCache, both timed per call."""
     points = ([("target", 1, t) for t in (1, 2, 4, 8, 16)] + [("target", b, 1) for b in (2, 4, 8)]
               + [("draft", 1, 1), ("draft int8", 1, 1)])
-    models = {"target": target.model, "draft": draft.model, "draft int8": draft_int8.model}
+    loaded = {"target": target, "draft": draft, "draft int8": draft_int8}
+    models = {name: m.model for name, m in loaded.items()}
     prefix = context[:-1]
     kvs: dict[tuple[str, int], BatchKV] = {}
     caches: dict[tuple[str, int], DynamicCache] = {}
     for name, model in models.items():
-        one = BatchKV(model)
+        one = BatchKV(model, decoder=loaded[name].decoder)
         one.prefill([prefix])
         dyn = DynamicCache()
         model(input_ids=torch.tensor([prefix], device=one.device), cache=dyn, use_cache=True)
         for b in sorted({b for n, b, _ in points if n == name}):
-            kv = BatchKV(model, 0)
+            kv = BatchKV(model, 0, one.decoder)
             for _ in range(b):
                 kv.extend(one)
             kvs[(name, b)] = kv

@@ -75,10 +75,10 @@ class SpecEngine:
         self.target = target
         self.policy: SpecPolicy = policy or RequestedConfig()
         self.max_batch = max_batch
-        self.kv = BatchKV(target.model)
+        self.kv = BatchKV(target.model, decoder=target.decoder)
         self.drafters: dict[str, Drafter] = {"ngram": NgramDrafter()}
         if draft is not None:
-            self.drafters["draft"] = DraftModelDrafter(draft.model)
+            self.drafters["draft"] = DraftModelDrafter(draft.model, draft.decoder)
         self._running: list[_Running] = []
         self._waiting: deque[Request] = deque()
         self._aborted: set[str] = set()

@@ -53,8 +53,10 @@ class Nodes:
 class BatchKV:
     """The KV cache of one model for the running batch. Not thread-safe; owned by the engine's stepping thread."""
 
-    def __init__(self, model, batch_size: int = 0):
+    def __init__(self, model, batch_size: int = 0, decoder=None):
         self.model = model
+        # what runs the layers: ``model.get_decoder()`` or a faster equivalent (``LoadedModel.decoder``)
+        self.decoder = decoder if decoder is not None else model.get_decoder()
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.num_layers = model.config.get_text_config(decoder=True).num_hidden_layers
@@ -115,7 +117,7 @@ class BatchKV:
         positions = self.lengths[:, None] + pend_depth[:, p:]
         cache = DynamicCache()
         cache.layers = [_SlabLayer(self, layer) for layer in range(self.num_layers)]
-        out = self.model.get_decoder()(input_ids=nodes.tokens, attention_mask=mask[:, None], position_ids=positions,
+        out = self.decoder(input_ids=nodes.tokens, attention_mask=mask[:, None], position_ids=positions,
                                        cache=cache, use_cache=True)
         self.used += q
         self.pending_valid = torch.cat([self.pending_valid, valid], 1)
@@ -200,7 +202,7 @@ class BatchKV:
         """Append one row per prompt holding all of it in the cache. Each prompt runs in its own forward: prompts
         padded to the longest would multiply prefill compute by the length spread, which dominates a batched run."""
         for prompt in prompts:
-            fresh = BatchKV(self.model, 1)
+            fresh = BatchKV(self.model, 1, self.decoder)
             if prompt:
                 fresh.forward(Nodes.chains([prompt], 0, fresh.device))
                 fresh.commit([list(range(len(prompt)))])
@@ -212,7 +214,7 @@ class BatchKV:
 
     def add_empty_rows(self, n: int) -> None:
         """Append ``n`` rows holding nothing yet."""
-        self._become([self, BatchKV(self.model, n)])
+        self._become([self, BatchKV(self.model, n, self.decoder)])
 
     def feed_alone(self, rows: dict[int, list[int]]) -> None:
         """Feed each of ``rows`` its tokens in a forward of its own and commit them. A long catch-up fed in the
@@ -226,7 +228,7 @@ class BatchKV:
 
     def copy_rows(self, rows: list[int]) -> BatchKV:
         """A new cache holding a copy of ``rows``' committed state."""
-        out = BatchKV(self.model, 0)
+        out = BatchKV(self.model, 0, self.decoder)
         out.keys, out.values = self.keys, self.values
         out.committed_valid, out.lengths = self.committed_valid, self.lengths
         out.select(rows)  # index_select copies: ``out`` shares no storage with this cache

@@ -68,7 +68,7 @@ def _median_s(run: Callable[[], None], warmup: int, repeats: int) -> float:
 
 def prefill(loaded: LoadedModel, context: int) -> BatchKV:
     """A one-row cache holding ``context`` committed tokens."""
-    kv = BatchKV(loaded.model)
+    kv = BatchKV(loaded.model, decoder=loaded.decoder)
     kv.prefill([[(7 * i + 3) % loaded.vocab_size for i in range(context)]])
     return kv
 
@@ -76,7 +76,7 @@ def prefill(loaded: LoadedModel, context: int) -> BatchKV:
 def forward_step(base: BatchKV, batch: int, tokens: int) -> Callable[[], None]:
     """One engine forward step (forward, LM head, argmax, commit) for ``batch`` copies of ``base``'s row with
     ``tokens`` new chain nodes each; the cache keeps its context between calls."""
-    kv = BatchKV(base.model, 0)
+    kv = BatchKV(base.model, 0, base.decoder)
     kv.extend(base)
     kv.select([0] * batch)
     nodes = Nodes.chains([[1] * tokens for _ in range(batch)], 0, kv.device)

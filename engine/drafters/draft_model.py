@@ -31,8 +31,8 @@ class DraftModelDrafter(Drafter):
 
     method = "draft"
 
-    def __init__(self, model) -> None:
-        self.kv = BatchKV(model)
+    def __init__(self, model, decoder=None) -> None:
+        self.kv = BatchKV(model, decoder=decoder)
         self._rows: dict[int, _RowDraft] = {}
 
     def admit(self, prompts: list[list[int]]) -> None:

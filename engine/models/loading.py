@@ -9,8 +9,9 @@ import torch
 from engine.models.cache import cache_lock, gguf_conversion_dir
 from engine.models.convert import convert_gguf
 from engine.models.fetch import fetch_model
+from engine.models.fused import quantize_int8_fused
 from engine.models.loaded import LoadedModel
-from engine.models.quantize import quantize_int8, require_cpu
+from engine.models.quantize import require_cpu
 from engine.models.registry import REGISTRY, ModelNotFoundError
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -83,9 +84,10 @@ def load_model(name_or_path: str | Path, dtype: str | torch.dtype = "float32", d
 
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype, attn_implementation=attn_implementation)
     model.to(resolved_device)
+    fused = None
     if dtype == INT8:
-        model = quantize_int8(model)
+        model, fused = quantize_int8_fused(model)
     has_tokenizer = any((directory / f).is_file() for f in _TOKENIZER_FILES)
     tokenizer = AutoTokenizer.from_pretrained(directory) if has_tokenizer else None
     precision = dtype if isinstance(dtype, str) else str(torch_dtype).removeprefix("torch.")
-    return LoadedModel.from_model(model, tokenizer, name=name, precision=precision)
+    return LoadedModel.from_model(model, tokenizer, name=name, precision=precision, fused_decoder=fused)

@@ -1,4 +1,5 @@
-"""The batched tree cache computes the same logits as transformers' own full forward (fp32, within 1e-4)."""
+"""The batched tree cache computes the same logits as transformers' own full forward (fp32, within 1e-4), through
+transformers' decoder and through the fused one (``engine.models.fused``, here with float projections)."""
 
 from __future__ import annotations
 
@@ -6,21 +7,27 @@ import pytest
 import torch
 
 from engine.kv import BatchKV, Nodes
+from engine.models.fused import FusedDecoder, fuse_projections
+from engine.models.loaded import LoadedModel
 from tests.engine.tiny import tiny_model
 
 
-@pytest.fixture(scope="module", params=["qwen2", "llama"])
-def model(request):
-    return tiny_model(5, arch=request.param, dtype=torch.float32, layers=3).model
+@pytest.fixture(scope="module", params=["qwen2", "llama", "qwen2 fused", "llama fused"])
+def model(request) -> LoadedModel:
+    arch, _, fused = request.param.partition(" ")
+    loaded = tiny_model(5, arch=arch, dtype=torch.float32, layers=3)
+    if fused:
+        loaded.fused_decoder = FusedDecoder(loaded.model, fuse_projections(loaded.model))
+    return loaded
 
 
-def full_logits(model, ids: list[int]) -> torch.Tensor:
-    return model(torch.tensor([ids])).logits[0]
+def full_logits(model: LoadedModel, ids: list[int]) -> torch.Tensor:
+    return model.model(torch.tensor([ids])).logits[0]
 
 
 def test_ragged_prefill_and_chain_match_full_forward(model):
     prompts = [[1, 2, 3, 4, 5, 6, 7], [8, 9], [10, 11, 12, 13]]
-    kv = BatchKV(model, len(prompts))
+    kv = BatchKV(model.model, len(prompts), model.decoder)
     hidden = kv.forward(Nodes.chains(prompts, 0, kv.device))
     logits = kv.logits(hidden)
     for b, p in enumerate(prompts):
@@ -34,7 +41,7 @@ def test_ragged_prefill_and_chain_match_full_forward(model):
 
 def test_tree_nodes_match_their_root_to_node_chains(model):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
-    kv = BatchKV(model, 1)
+    kv = BatchKV(model.model, 1, model.decoder)
     kv.forward(Nodes.chains([prompt], 0, kv.device))
     kv.commit([list(range(len(prompt)))])
     tokens, parents = [30, 31, 32, 33, 34, 35], [-1, 0, 0, 1, 1, 3]
@@ -49,7 +56,7 @@ def test_tree_nodes_match_their_root_to_node_chains(model):
 
 def test_commit_keeps_only_the_accepted_path(model):
     prompt = [7, 7, 8, 9]
-    kv = BatchKV(model, 1)
+    kv = BatchKV(model.model, 1, model.decoder)
     kv.forward(Nodes.chains([prompt], 0, kv.device))
     kv.commit([list(range(len(prompt)))])
     tokens, parents = [40, 41, 42, 43], [-1, -1, 1, 2]  # two branches; keep 41 -> 42
@@ -62,7 +69,7 @@ def test_commit_keeps_only_the_accepted_path(model):
 
 def test_select_and_extend_keep_rows_intact(model):
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]
-    kv = BatchKV(model, 0)
+    kv = BatchKV(model.model, 0, model.decoder)
     kv.prefill(prompts)
     kv.select([2, 0])  # drop the long row: padding it needed is trimmed
     assert kv.committed_slots == 3
@@ -73,7 +80,7 @@ def test_select_and_extend_keep_rows_intact(model):
 
 def test_uneven_acceptance_leaves_bounded_gaps_and_right_logits(model):
     # row 0 accepts 3 of 3 pending tokens every step, row 1 none: row 1 gets gaps until a repack closes them
-    kv = BatchKV(model, 0)
+    kv = BatchKV(model.model, 0, model.decoder)
     kv.prefill([[1, 2, 3], [4, 5]])
     seqs = [[1, 2, 3], [4, 5]]
     repacked = False
@@ -93,7 +100,7 @@ def test_uneven_acceptance_leaves_bounded_gaps_and_right_logits(model):
 
 
 def test_a_row_fed_alone_joins_the_batch_with_the_right_logits(model):
-    kv = BatchKV(model, 0)
+    kv = BatchKV(model.model, 0, model.decoder)
     kv.prefill([[1, 2, 3], [4, 5, 6, 7, 8], [9]])
     behind = {0: list(range(20, 45)), 2: [50, 51]}  # row 1 is fed nothing
     kv.feed_alone(behind)
