@@ -50,7 +50,10 @@ request's lookup can widen the verify enough to take as long as two steps). Prob
 of throughput per group, a
 group that looks almost as good as the choice is re-checked almost every other step, and one that would slow the
 whole batch is checked rarely. A group that has run in fewer than ``WARM_STEPS`` engine steps waits proportionally
-less, since a few steps (say, every request's first) are weak evidence. A group that never ran is not the batch's
+less, since a few steps (say, every request's first) are weak evidence, unless even an optimistic reading of that
+evidence loses to the choice: each untried share of a config's depth, ``(k - E[a]) / (runs + 1)``, counted as
+accepted. (At batch 8-16 a lookup probe that missed once already cannot pay that way; the quicker early re-checks
+cost those cells about 1% against off, benchmarks/goodput_ablation.py.) A group that never ran is not the batch's
 choice whatever its prior: it is probed first (on the prior alone, every request of a batch would start the draft
 model, each filling an empty draft cache).
 
@@ -247,6 +250,9 @@ class _Priced:
     nodes: float  # draft nodes verified per step
     draft_s: float
     seconds: float  # draft + verify seconds of a step in which every request runs this config
+    # the group's best score were its acceptance as high as its run count leaves plausible (``_price_group``; inf
+    # once the group has run in WARM_STEPS steps)
+    optimistic: float
 
     @property
     def score(self) -> float:
@@ -412,22 +418,27 @@ class GoodputPolicy(Policy):
         widest = _widest(fill, batch)
         drafting = self._draft(batch, bucket, index)
         per_token = self._fill_per_token(work, batch, bucket) if group.method == "draft" else 0.0
-        top_k, top_score, top_seconds = 0, -1.0, 0.0
+        # only a group short of WARM_STEPS runs needs its optimistic score (``_evaluate``)
+        doubt = 1.0 / (work.runs[index] + 1) if work.runs[index] < WARM_STEPS else 0.0
+        top_k, top_score, top_seconds, optimistic = 0, -1.0, 0.0, 0.0 if doubt else float("inf")
         for k in group.ks:
             seconds = drafting[k] + self._verify(batch, bucket, group.nodes[k] * widest) \
                 + batch * (1.0 + accepted[k]) * per_token
             score = (1.0 + accepted[k]) / seconds
             if score > top_score:
                 top_k, top_score, top_seconds = k, score, seconds
+            if doubt:
+                optimistic = max(optimistic, (1.0 + accepted[k] + (k - accepted[k]) * doubt) / seconds)
             if k >= reach:  # the first candidate at or past the reach is the deepest priced
                 break
         return _Priced(group.configs[top_k], index, accepted[top_k], group.nodes[top_k] * widest, drafting[top_k],
-                       top_seconds)
+                       top_seconds, optimistic)
 
     def _evaluate(self, work: _Workload, batch: int, bucket: int, epoch: int) -> _Choice:
         """The best config for the whole batch, and each other group's best config with the steps to wait between
         its probes."""
-        off = _Priced(self.off, -1, 0.0, 0.0, 0.0, self._verify(batch, bucket, 0.0))
+        off_s = self._verify(batch, bucket, 0.0)
+        off = _Priced(self.off, -1, 0.0, 0.0, 0.0, off_s, 1.0 / off_s)
         per_group = [self._price_group(work, batch, bucket, i, epoch) for i in range(len(self.groups))]
         # a group that never ran is only probed: its estimates are still the prior
         winner = max((p for p in per_group if work.runs[p.group]), key=lambda p: p.score, default=off)
@@ -436,7 +447,8 @@ class GoodputPolicy(Policy):
         # a group that never ran but looks at least as good as the choice, draft-cache fills included, is probed
         # without waiting for the probing request's fill to pay off: the fill buys its first estimate
         probes = [(p.group, p.config, max(1.0, self._probe_loss(best, p, batch, bucket) / budget
-                                          * min(1.0, work.runs[p.group] / WARM_STEPS)),
+                                          * (min(1.0, work.runs[p.group] / WARM_STEPS)
+                                             if p.optimistic >= best.score else 1.0)),
                    not work.runs[p.group] and p.score >= best.score)
                   for p in per_group if p is not best]
         return _Choice(epoch, best, probes)
