@@ -4,8 +4,9 @@ At one token per row an int8 draft forward pays per call: fbgemm's dynamic GEMV 
 transformers' decoder layer adds dozens of small ops around it. Here each layer runs one q/k/v GEMV and one gate/up
 GEMV instead of five (weights concatenated before quantization, with a scale per output channel since the fused
 projections differ in range), and attention, RoPE and RMSNorm are written inline. The q/k/v and gate/up GEMVs of a
-0.5B layer take 120 instead of 205 us; the whole forward stays bound by reading the weights (the LM head alone reads
-136 MB), so it gains less: see the ``draft int8`` rows of benchmarks/engine_vs_hf.py's cost curve. The draft only
+0.5B layer took 120 instead of 205 us in an ad-hoc timing; the whole forward stays bound by reading the weights (the
+LM head alone reads 136 MB), so it gains less: the ``draft int8`` rows of benchmarks/engine_vs_hf.py's cost curve
+time it against transformers' forward. The draft only
 proposes tokens and the target verifies every one, so the output stays lossless; with float projections the forward
 matches transformers' within 1e-4 in float32 (tests/engine/test_kv.py).
 
@@ -14,8 +15,6 @@ are the model's own modules, so the model stays a complete transformers model (a
 """
 
 from __future__ import annotations
-
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -63,16 +62,6 @@ def fuse_projections(model: nn.Module) -> nn.ModuleList:
         raise ValueError(f"model type {model.config.model_type!r}: the fused forward reproduces plain "
                          f"{'/'.join(sorted(SUPPORTED))} layers (SiLU MLP without bias, full attention)")
     return nn.ModuleList(FusedProjections(layer) for layer in model.get_decoder().layers)
-
-
-def quantize_per_channel(module: nn.Module) -> nn.Module:
-    """Dynamic int8 weights with a scale per output channel (a per-tensor scale over fused projections would coarsen
-    the one with the narrowest range)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao's deprecation notice (see engine.models.quantize)
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-        return quantize_dynamic(module, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
 
 
 def _rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
@@ -124,4 +113,5 @@ def quantize_int8_fused(model: nn.Module) -> tuple[nn.Module, FusedDecoder | Non
     architecture allows one (None otherwise)."""
     projections = fuse_projections(model) if fusable(model) else None  # from the float weights
     model = quantize_int8(model)
-    return model, None if projections is None else FusedDecoder(model, quantize_per_channel(projections))
+    # a scale per output channel: one per tensor over fused projections would coarsen the narrowest-ranged one
+    return model, None if projections is None else FusedDecoder(model, quantize_int8(projections, per_channel=True))

@@ -19,11 +19,13 @@ def require_cpu(device: torch.device) -> None:
                          "use bfloat16 or float16 there")
 
 
-def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
-    """Quantize ``model`` in place and return it."""
+def quantize_int8(model: torch.nn.Module, per_channel: bool = False) -> torch.nn.Module:
+    """Quantize ``model`` in place and return it; ``per_channel``: a weight scale per output channel instead of one
+    per tensor."""
     require_cpu(next(model.parameters()).device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao's notice that eager quantization moves to torchao (GPU-first)
-        from torch.ao.quantization import quantize_dynamic
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+        spec = {torch.nn.Linear: per_channel_dynamic_qconfig} if per_channel else {torch.nn.Linear}
+        return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
