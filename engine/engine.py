@@ -199,7 +199,8 @@ class SpecEngine:
             hits = [1 if d < len(verdict.path) else 0 for d in range(tree.depth)]
             stats = StepStats(self.step_count, r.request.request_id, r.request.workload, batch, contexts[b],
                               cfg.method if len(tree) else "off", tree.depth, len(tree), len(verdict.path),
-                              tuple(hits), len(emitted), 1 + len(tree), verify_tokens, t1 - t0, t2 - t1, now)
+                              tuple(hits), len(emitted), 1 + len(tree), verify_tokens, t1 - t0, t2 - t1, now,
+                              reason is not None)
             r.summary.observe_step(stats)
             r.last = stats
             self.policy.observe(stats)
@@ -217,7 +218,7 @@ class SpecEngine:
     def _decide(self, r: _Running, batch: int, context: int, longest: int, suffix: bool) -> SpecConfig:
         ctx = DecisionContext(r.request.request_id, r.request.workload, batch, context, len(r.request.prompt_ids),
                               len(r.output), r.summary.steps, r.request.config, r.last, longest,
-                              suffix_match_len(r.tokens) if suffix else 0)
+                              suffix_match_len(r.tokens) if suffix else 0, r.request.params.max_new_tokens)
         cfg = self.policy.decide(ctx).at_batch_size(batch)
         if cfg.method == "draft" and "draft" not in self.drafters:
             return SpecConfig()

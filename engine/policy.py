@@ -35,6 +35,7 @@ class DecisionContext:
     # end already occurred earlier. Long runs predict well-accepted drafts (copying), 0 a token never seen before.
     # Computed only for a policy that reads it (``reads_suffix_match``); 0 otherwise.
     suffix_match: int = 0
+    max_new_tokens: int | None = None  # the request's token limit: its output ends there at the latest
 
     @property
     def step_context_len(self) -> int:

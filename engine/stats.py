@@ -29,6 +29,7 @@ class StepStats:
     draft_s: float  # draft time of the whole step (shared by the batch)
     verify_s: float  # verify forward time of the whole step (shared by the batch)
     timestamp: float
+    finished: bool = False  # the request ended with this step (a stop token or its token limit)
 
     @property
     def speculated(self) -> bool:

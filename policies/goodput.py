@@ -23,12 +23,16 @@ theirs). Draft probes pay that catch-up too, so they
 wait longer on a request that has not drafted for a while and go to one whose cache is current. A request that never
 drafted has an empty draft cache (the engine fills it at the request's first draft pass), so its first draft feeds
 the whole prompt. A deviation carries the share of such a fill or catch-up that one step's tokens are of the request's
-expected remaining output (what the longest request seen ran beyond it, and at least what it has emitted: a request
-that has run long tends to run longer); a probe carries it whole, except a group's first probe when the group, fills
-included, looks at least as good as the choice: the fill buys its first estimate. (Charged whole to one step, a
-catch-up kept a request that had missed a few draft passes off the draft model for good, behind by more each step.)
-The batch's choice prices the draft model with every request's fill of its prompt spread over the longest output
-seen, which is what the draft model costs beyond its passes once every request runs it.
+expected remaining output (what the workload's expected output runs beyond it, and at least what it has emitted: a
+request that has run long tends to run longer; never past its token limit); a probe carries it whole, except a group's
+first probe when the group, fills included, looks at least as good as the choice: the fill buys its first estimate.
+(Charged whole to one step, a catch-up kept a request that had missed a few draft passes off the draft model for good,
+behind by more each step.) The batch's choice prices the draft model with every request's fill of its prompt spread
+over the workload's expected output, which is what the draft model costs beyond its passes once every request runs
+it. The expected output is the longest seen so far, and until some request of the workload has ended, at least the
+requests' mean token limit (``DecisionContext.max_new_tokens``): a cold policy knowing only the few tokens emitted so
+far priced every fill as if requests ended there, so at batch 2 on HumanEval it kept the draft model unprobed for 30
+steps.
 
 Requests also ride free on a step widened by others. The verify forward is padded to the step's widest row and the
 draft-model pass spans every row to the step's deepest proposal, so once a request deciding earlier in the step has
@@ -180,7 +184,8 @@ class _Workload:
     """What the policy knows about one workload."""
 
     __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_step", "probe_owners",
-                 "matched", "mix", "deviations", "acceptance", "prompts", "prompt_tokens", "longest")
+                 "matched", "mix", "deviations", "acceptance", "prompts", "prompt_tokens", "limit_tokens", "longest",
+                 "finished")
 
     def __init__(self, table: AcceptanceTable, groups: int) -> None:
         self.table = table
@@ -199,7 +204,17 @@ class _Workload:
         self.acceptance: list[tuple[int, tuple[list[float], float, int]] | None] = [None] * groups
         self.prompts = 0  # requests seen deciding their first step
         self.prompt_tokens = 0  # their prompt tokens
+        self.limit_tokens = 0  # their token limits (``DecisionContext.max_new_tokens``; 0 where unknown)
         self.longest = 0  # the longest output seen so far
+        self.finished = 0  # requests seen ending (``StepStats.finished``)
+
+    def horizon(self) -> int:
+        """The output length a request of this workload is expected to reach: the longest seen so far, and until a
+        request has ended, the mean token limit (a cold policy seeing only short outputs would otherwise price a
+        draft-cache fill as if every request ended after a few tokens)."""
+        if self.finished or not self.limit_tokens:
+            return self.longest
+        return max(self.longest, self.limit_tokens // self.prompts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +324,7 @@ class GoodputPolicy(Policy):
         if ctx.output_len == 0:
             work.prompts += 1
             work.prompt_tokens += ctx.prompt_len
+            work.limit_tokens += ctx.max_new_tokens or 0
         work.longest = max(work.longest, ctx.output_len)
         batch = max(ctx.batch_size, 1)
         bucket = max(ctx.step_context_len, 0) // CONTEXT_BUCKET
@@ -352,7 +368,7 @@ class GoodputPolicy(Policy):
         # output so far) or catching up a behind one is paid once and serves the rest of the request, so a step
         # carries the share of it that its own tokens are of the request's expected remaining output.
         fill_s = self._catch_up_s(batch, bucket, self._first_draft(ctx) if cold else catch_up)
-        remaining = self._remaining(work, ctx.output_len)
+        remaining = self._remaining(work, ctx)
         pick, top = deviation.fallback, deviation.fallback_rate
         for config, tokens, seconds in deviation.drafts:
             rate = tokens / (seconds + fill_s * (tokens - deviation.others_tokens) / remaining)
@@ -542,18 +558,23 @@ class GoodputPolicy(Policy):
                           fallback, fallback_top, others_tokens, by_group, table.fill)
 
     @staticmethod
-    def _remaining(work: _Workload, output_len: int) -> float:
-        """Output tokens a running request is expected still to emit: at least what the longest request seen ran
-        beyond it, and at least what it has emitted so far (a request that has run long tends to run longer)."""
-        return float(max(work.longest - output_len, output_len, 1))
+    def _remaining(work: _Workload, ctx: DecisionContext) -> float:
+        """Output tokens a running request is expected still to emit: what the workload's expected output runs
+        beyond it, and at least what it has emitted so far (a request that has run long tends to run longer), but
+        never past its token limit."""
+        output = ctx.output_len
+        remaining = max(work.horizon() - output, output)
+        if ctx.max_new_tokens is not None:
+            remaining = min(remaining, ctx.max_new_tokens - output)
+        return float(max(remaining, 1))
 
     def _fill_per_token(self, work: _Workload, batch: int, bucket: int) -> float:
         """Seconds per output token of filling a request's empty draft cache with the workload's mean prompt,
-        spread over the longest output seen."""
+        spread over the output a request is expected to reach."""
         if not work.prompts:
             return 0.0
         prompt = -(-work.prompt_tokens // work.prompts)  # the mean prompt, rounded up
-        return self._catch_up_s(batch, bucket, _fill_tokens(prompt)) / max(work.longest, 1)
+        return self._catch_up_s(batch, bucket, _fill_tokens(prompt)) / max(work.horizon(), 1)
 
     def _catch_up_s(self, batch: int, bucket: int, catch_up: int) -> float:
         """Extra seconds of a draft pass when one request's draft cache lacks ``catch_up`` tokens: its first forward
@@ -622,6 +643,7 @@ class GoodputPolicy(Policy):
         work = self._workload(stats.workload)
         work.observations += 1
         work.step = max(work.step, stats.step)
+        work.finished += stats.finished
         if match is not None:
             # The text's shares are a property of the workload: remembered over about 1 / decay engine steps at any
             # batch size. (Per observation, at batch 16 that memory would be about one step, and a step in which

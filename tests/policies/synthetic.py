@@ -42,18 +42,18 @@ def make_trace(output: Sequence[int], prompt: Sequence[int] = (1, 2, 3), max_new
 def context(request_id: str = "r0", workload: str = "w", batch_size: int = 1, context_len: int = 128,
             output_len: int = 0, request_step: int = 0, requested: SpecConfig = OFF,
             last: StepStats | None = None, batch_context_len: int | None = None,
-            suffix_match: int = 0) -> DecisionContext:
+            suffix_match: int = 0, max_new_tokens: int | None = None) -> DecisionContext:
     return DecisionContext(request_id, workload, batch_size, context_len, 64, output_len, request_step, requested,
-                           last, batch_context_len, suffix_match)
+                           last, batch_context_len, suffix_match, max_new_tokens)
 
 
 def step_stats(config: SpecConfig, accepted: int, step: int = 1, request_id: str = "r0", workload: str = "w",
                batch_size: int = 1, context_len: int = 128, draft_s: float = 0.01, verify_s: float = 0.03,
-               proposed: int | None = None) -> StepStats:
+               proposed: int | None = None, finished: bool = False) -> StepStats:
     """Stats of a chain step under ``config`` that accepted ``accepted`` draft tokens (``proposed`` defaults to k;
     0 proposed reports method off, as the engine does)."""
     depth = (config.k if proposed is None else proposed) if config.speculative else 0
     accepted = min(accepted, depth)
     return StepStats(step, request_id, workload, batch_size, context_len, config.method if depth else "off", depth,
                      depth, accepted, tuple(1 if d < accepted else 0 for d in range(depth)), accepted + 1, 1 + depth,
-                     batch_size * (1 + depth), draft_s, verify_s, float(step))
+                     batch_size * (1 + depth), draft_s, verify_s, float(step), finished)

@@ -264,6 +264,31 @@ def test_a_request_starts_the_draft_model_only_if_its_expected_output_pays_for_f
     assert [c.method for c in firsts["long"][1:]] == ["draft"] * 5
 
 
+def test_until_a_request_ends_a_draft_cache_fill_is_spread_over_the_token_limit():
+    """As above, but every request states a 400-token limit. Before any request has ended, the policy expects a
+    request to reach its limit, so the first request of each workload drafts from its first step (knowing only the
+    outputs seen so far, 0 tokens, it priced the fill as if requests ended at once). Once a short request has ended,
+    the outputs seen decide again: later short requests stay off, long ones draft."""
+    cost = linear_cost(draft_base=0.002, draft_per_token=0.001)
+    policy = GoodputPolicy(cost, GoodputOptions(methods=("draft",), ks=(2, 4)))
+    firsts: dict[str, list[SpecConfig]] = {"short": [], "long": []}
+    for workload, length in (("short", 4), ("long", 400)):
+        for request in range(6):
+            rid, emitted, step = f"{workload}-{request}", 0, 1000 * (request + 1)
+            while emitted < length:
+                config = policy.decide(context(rid, workload=workload, output_len=emitted, max_new_tokens=400))
+                if emitted == 0:
+                    firsts[workload].append(config)
+                accepted = min(config.k, length - emitted - 1)
+                stats = step_stats(config, accepted, step=step, request_id=rid, workload=workload,
+                                   finished=emitted + accepted + 1 >= length)
+                policy.observe(stats)
+                emitted, step = emitted + stats.emitted_tokens, step + 1
+    assert [c.method for c in firsts["long"]] == ["draft"] * 6
+    assert firsts["short"][0].method == "draft"
+    assert [c.speculative for c in firsts["short"][1:]] == [False] * 5
+
+
 def test_probes_that_stretch_a_large_batch_step_are_spaced_by_the_time_they_lose():
     # at batch 16 every extra token per row costs most of a step: one request's lookup of k tokens makes the
     # verify k + 1 tokens wide for all 16 rows, so a probe step takes up to twice a step's time

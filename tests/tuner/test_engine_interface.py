@@ -7,10 +7,12 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from engine.config import SpecConfig, TreeShape
+from engine.stats import StepStats
 from tuner.engines.base import EngineAdapter, EngineStats, UnsupportedConfigError
 from tuner.engines.llamacpp import LlamaCppEngine, resolve_gguf
 from tuner.engines.llamacpp_install import default_install
 from tuner.engines.llamacpp_server import ServerOptions
+from tuner.engines.spectune import step_from_json
 
 
 def _llamacpp() -> EngineAdapter:
@@ -69,3 +71,10 @@ class TestEngineContract:
         assert second.requests == (completion.timing,) and second.cursor == first.cursor + 1
         off = second.counters[""] if "" in second.counters else second.counters["w"]
         assert off.num_draft_tokens == 0
+
+
+def test_spectune_step_stats_round_trip_and_an_older_servers_page_still_parses():
+    stats = StepStats(3, "r", "w", 2, 40, "draft", 2, 2, 1, (1, 0), 2, 3, 6, 0.01, 0.02, 5.0, True)
+    assert step_from_json(stats.to_dict()) == stats
+    older = {k: v for k, v in stats.to_dict().items() if k != "finished"}
+    assert step_from_json(older).finished is False

@@ -37,6 +37,7 @@ class Recording:
         self.inner = inner
         self.decisions: dict[str, list[SpecConfig]] = {}
         self.suffix_matches: dict[str, list[int]] = {}
+        self.limits: dict[str, list[int | None]] = {}
         self.stats: dict[str, list[StepStats]] = {}
 
     @property
@@ -47,6 +48,7 @@ class Recording:
         config = self.inner.decide(ctx).at_batch_size(ctx.batch_size)
         self.decisions.setdefault(ctx.request_id, []).append(config)
         self.suffix_matches.setdefault(ctx.request_id, []).append(ctx.suffix_match)
+        self.limits.setdefault(ctx.request_id, []).append(ctx.max_new_tokens)
         return config
 
     def observe(self, stats: StepStats) -> None:
@@ -89,13 +91,17 @@ def compare(models, make_policy, max_batch: int) -> Recording:
     replay_cell(traces, replay_policy, COST, max_batch, "live-check")
     assert replay_policy.decisions == live_policy.decisions
     assert replay_policy.suffix_matches == live_policy.suffix_matches
+    assert replay_policy.limits == live_policy.limits
+    assert {limit for limits in live_policy.limits.values() for limit in limits} == {NEW_TOKENS}
     for rid, steps in live_policy.stats.items():
         fields = [(s.step, s.batch_size, s.context_len, s.method, s.k, s.draft_tokens, s.accepted_tokens,
-                   s.accepted_per_position, s.emitted_tokens, s.verify_tokens, s.batch_verify_tokens) for s in steps]
+                   s.accepted_per_position, s.emitted_tokens, s.verify_tokens, s.batch_verify_tokens, s.finished)
+                  for s in steps]
         replayed = [(s.step, s.batch_size, s.context_len, s.method, s.k, s.draft_tokens, s.accepted_tokens,
-                     s.accepted_per_position, s.emitted_tokens, s.verify_tokens, s.batch_verify_tokens)
+                     s.accepted_per_position, s.emitted_tokens, s.verify_tokens, s.batch_verify_tokens, s.finished)
                     for s in replay_policy.stats[rid]]
         assert replayed == fields, rid
+        assert [s.finished for s in steps] == [False] * (len(steps) - 1) + [True], rid
     return live_policy
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Any, ClassVar
 
 import httpx
@@ -40,7 +40,9 @@ class StatsPage:
 
 
 def step_from_json(data: Mapping[str, Any]) -> StepStats:
-    fields = {name: data[name] for name in StepStats.__dataclass_fields__}
+    # a field with a default (added after the first release) may be missing from an older server's page
+    fields = {name: data[name] for name, f in StepStats.__dataclass_fields__.items()
+              if name in data or f.default is MISSING}
     fields["accepted_per_position"] = tuple(fields["accepted_per_position"])
     return StepStats(**fields)
 

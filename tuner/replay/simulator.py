@@ -7,8 +7,8 @@ starts empty and is filled by a request's first draft pass, as in the engine). E
 1. for every running request, in admission order, ``policy.decide(DecisionContext(...))`` with ``batch_size`` = the
    running requests, ``context_len`` = prompt_len + p - 1 (the tokens in its KV cache: the root, the last emitted
    token, is not yet in it), ``output_len`` = p, ``request_step`` = its steps so far, ``last`` = its previous
-   ``StepStats`` and ``suffix_match`` of the true tokens so far (if the policy reads it, as in the engine); the
-   config then goes through ``at_batch_size`` as in the engine;
+   ``StepStats``, ``suffix_match`` of the true tokens so far (if the policy reads it, as in the engine) and the
+   trace's ``max_new_tokens``; the config then goes through ``at_batch_size`` as in the engine;
 2. each request's outcome comes from ``ReplayTrace.step`` (exact for chains, static trees and n-gram);
 3. the step costs ``draft_s + verify_s``: per method in use, ``cost.draft_s`` at the deepest proposal of that method
    (the draft model's forward runs over all B rows, padded, and its first forward feeds each drafting row the tokens
@@ -16,8 +16,8 @@ starts empty and is filled by a request's first draft pass, as in the engine). E
    ``engine.drafters.catch_up.ALONE_AFTER`` is first fed alone; n-gram lookups are priced per request that ran
    one), plus ``cost.verify_s(B, B * max(1 + nodes_i), max context)`` (the batch is padded to its widest row and
    attends over the longest cache), plus the engine's per-step overhead ``cost.overhead_s(B)``;
-4. ``policy.observe(StepStats(...))`` per request, in the same order, with the step's shared times and the simulated
-   clock as timestamp.
+4. ``policy.observe(StepStats(...))`` per request, in the same order, with the step's shared times, the simulated
+   clock as timestamp and ``finished`` on the request's last step.
 """
 
 from __future__ import annotations
@@ -145,7 +145,8 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
         for r, context in zip(running, contexts):
             trace = r.trace.trace
             ctx = DecisionContext(trace.request_id, trace.workload, batch, context, r.trace.prompt_len, r.p,
-                                  r.steps, requested, r.last, longest, r.trace.suffix_match(r.p) if suffix else 0)
+                                  r.steps, requested, r.last, longest, r.trace.suffix_match(r.p) if suffix else 0,
+                                  trace.max_new_tokens)
             config = policy.decide(ctx).at_batch_size(batch)
             configs.append(config)
             used[config.label()] += 1
@@ -160,7 +161,7 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
             hits = tuple(1 if d < out.accepted else 0 for d in range(out.depth))
             stats = StepStats(step, trace.request_id, trace.workload, batch, context, out.method, out.depth,
                               out.nodes, out.accepted, hits, out.emitted, 1 + out.nodes, batch_verify, draft_s,
-                              verify_s, clock)
+                              verify_s, clock, r.p + out.emitted >= r.trace.length)
             policy.observe(stats)
             if config.method == "draft" and out.asked:
                 # the draft's cache now holds the tokens so far and the accepted nodes it was fed (all but the deepest)
