@@ -133,10 +133,25 @@ def cells_for(groups: dict[str, list]) -> dict[tuple[str, int], list]:
     return cells
 
 
-def evaluate(groups: dict[str, list], cost, orders: int) -> tuple[dict, dict, dict, int]:
+class PhaseStatic:
+    """Each phase of the mixed trace on its workload's oracle config at this batch size (a request id starts with
+    its workload): what a per-workload static profile could do there at best, switched exactly at phase edges."""
+
+    def __init__(self, configs: dict[str, object]) -> None:
+        self.configs = configs
+
+    def decide(self, ctx):
+        return self.configs[ctx.request_id.split("/", 1)[0]]
+
+    def observe(self, stats) -> None:
+        return None
+
+
+def evaluate(groups: dict[str, list], cost, orders: int) -> tuple[dict, dict, dict, int, dict]:
     """Per cell: the static grid on order 0 (off first), each policy in every request order, and the mean tokens/s
     over the orders of off, the best global static and the grid's finalists. Returns (order-0 grids, policy results
-    by order, static means by grid index, the best global static's index)."""
+    by order, static means by grid index, the best global static's index, and per mixed cell the mean tokens/s of
+    its phases each on its workload's oracle config)."""
     from policies.registry import build_policy
     from policies.static import StaticPolicy
     from tuner.replay import oracle_cell, prepare, replay_cell
@@ -159,7 +174,13 @@ def evaluate(groups: dict[str, list], cost, orders: int) -> tuple[dict, dict, di
             policy = StaticPolicy(configs[key][i])
             runs = [grid[i]] + [replay_cell(cells[key], policy, cost, key[1], grid[i].policy) for cells in by_order[1:]]
             statics[key][i] = sum(r.tokens_per_s for r in runs) / len(runs)
-    return grids, policies, statics, best
+    phased = {}
+    for key in (k for k in grids if k[0] == "mixed"):
+        oracles = {w: configs[(w, key[1])][max(statics[(w, key[1])], key=statics[(w, key[1])].get)]
+                   for w in WORKLOADS}
+        runs = [replay_cell(cells[key], PhaseStatic(oracles), cost, key[1], "phase oracle") for cells in by_order]
+        phased[key] = sum(r.tokens_per_s for r in runs) / len(runs)
+    return grids, policies, statics, best, phased
 
 
 def best_global_static(grids: dict) -> int:
@@ -232,7 +253,7 @@ def live_check(groups: dict, cost, models: Models) -> list[dict]:
     return rows
 
 
-def table(grids: dict, policies: dict, statics: dict, best: int) -> list[dict]:
+def table(grids: dict, policies: dict, statics: dict, best: int, phased: dict) -> list[dict]:
     rows = []
     for (workload, batch), grid in grids.items():
         means = statics[(workload, batch)]
@@ -246,6 +267,8 @@ def table(grids: dict, policies: dict, statics: dict, best: int) -> list[dict]:
                      "goodput_config": runs["goodput"][0].config,
                      "goodput_over_oracle": rel["goodput"] * off / means[oracle],
                      "goodput_over_oracle_by_order": goodput})
+        if (workload, batch) in phased:
+            rows[-1]["phase_oracle"] = phased[(workload, batch)] / off
     return rows
 
 
@@ -269,6 +292,10 @@ def cell_table(rows: list[dict]) -> list[str]:
     if mix:
         ratios = ", ".join(f"B={r['batch_size']}: {r['goodput'] / r['best_global_static']:.2f}" for r in mix)
         lines.append(f"- goodput >= 1.15 x best global static on the mixed trace: {ratios}")
+        if all("phase_oracle" in r for r in mix):
+            ceiling = ", ".join(f"B={r['batch_size']}: {r['phase_oracle'] / r['best_global_static']:.2f}"
+                                for r in mix)
+            lines.append(f"  - each phase on its workload's oracle config, for comparison: {ceiling}")
     low = min(rows, key=lambda r: r["goodput"])
     lines.append(f"- goodput never < 0.98 x off: lowest {low['goodput']:.3f} ({low['workload']} "
                  f"B={low['batch_size']})")
@@ -360,8 +387,9 @@ def main() -> None:
                                      ("held-out", slice(args.prompts, 2 * args.prompts), HELD_OUT)):
         groups = {w: traces_for(w, prompts, args.new_tokens, models, directory) for w in WORKLOADS}
         cost = cost or cost_model(models)
-        grids, policies, statics, best = evaluate(groups, cost, args.orders)
-        results[name] = (groups, grids, table(grids, policies, statics, best), grids[next(iter(grids))][best].config)
+        grids, policies, statics, best, phased = evaluate(groups, cost, args.orders)
+        results[name] = (groups, grids, table(grids, policies, statics, best, phased),
+                         grids[next(iter(grids))][best].config)
     groups, grids, rows, best_label = results["main"]
     _, _, held_out, held_out_best = results["held-out"]
     live = [] if args.skip_live else live_check(groups, cost, models)
