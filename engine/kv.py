@@ -57,6 +57,8 @@ class BatchKV:
         self.model = model
         # what runs the layers: ``model.get_decoder()`` or a faster equivalent (``LoadedModel.decoder``)
         self.decoder = decoder if decoder is not None else model.get_decoder()
+        # a decoder with its own ``head`` (engine.models.packed) computes the logits too
+        self.head = getattr(self.decoder, "head", None) or model.get_output_embeddings()
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.num_layers = model.config.get_text_config(decoder=True).num_hidden_layers
@@ -140,7 +142,7 @@ class BatchKV:
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.get_output_embeddings()(hidden)
+        return self.head(hidden)
 
     def commit(self, keep: list[list[int]]) -> None:
         """Append each row's ``keep`` pending nodes (indices in pending order, forming a path) to its committed

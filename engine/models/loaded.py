@@ -17,7 +17,8 @@ class LoadedModel:
     tokenizer: Any | None
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
     precision: str = "float32"  # the load dtype, or "int8" for dynamic int8 weights
-    # a faster equivalent of ``model.get_decoder()`` for the engine's forwards (engine.models.fused), or None
+    # a faster equivalent of ``model.get_decoder()`` for the engine's forwards (engine.models.fused for int8,
+    # engine.models.packed for bfloat16 on CPU), or None
     fused_decoder: Any | None = None
 
     @classmethod

@@ -11,6 +11,7 @@ from engine.models.convert import convert_gguf
 from engine.models.fetch import fetch_model
 from engine.models.fused import quantize_int8_fused
 from engine.models.loaded import LoadedModel
+from engine.models.packed import packed_decoder
 from engine.models.quantize import require_cpu
 from engine.models.registry import REGISTRY, ModelNotFoundError
 
@@ -84,9 +85,10 @@ def load_model(name_or_path: str | Path, dtype: str | torch.dtype = "float32", d
 
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype, attn_implementation=attn_implementation)
     model.to(resolved_device)
-    fused = None
     if dtype == INT8:
         model, fused = quantize_int8_fused(model)
+    else:
+        fused = packed_decoder(model)
     has_tokenizer = any((directory / f).is_file() for f in _TOKENIZER_FILES)
     tokenizer = AutoTokenizer.from_pretrained(directory) if has_tokenizer else None
     precision = dtype if isinstance(dtype, str) else str(torch_dtype).removeprefix("torch.")

@@ -13,6 +13,7 @@ from engine.config import SpecConfig, TreeShape
 from engine.engine import Request, SpecEngine
 from engine.models import load_model
 from engine.models.identity import model_identity
+from engine.models.packed import PackedDecoder, packable
 from engine.prompts import encode_chat
 from engine.sampling import SamplingParams
 
@@ -43,6 +44,8 @@ def test_bf16_self_draft_is_lossless(models, config):
     target, draft = models
     prompts = [encode_chat(target.tokenizer, [{"role": "user", "content": p}]) for p in PROMPTS]
     expected = [hf_greedy(target, ids, 32) for ids in prompts]
+    if packable(draft.model):  # a bf16 draft on a CPU with oneDNN bf16 kernels drafts through packed linears
+        assert isinstance(draft.decoder, PackedDecoder)
     engine = SpecEngine(target, draft, max_batch=len(prompts))
     out = engine.run([Request(str(i), ids, SamplingParams(max_new_tokens=32), config) for i, ids in enumerate(prompts)])
     assert [out[str(i)][0] for i in range(len(prompts))] == expected
