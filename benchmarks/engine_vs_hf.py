@@ -21,6 +21,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -137,11 +139,25 @@ class Bench:
     def __init__(self, target: LoadedModel, draft: LoadedModel, draft_int8: LoadedModel, max_new_tokens: int) -> None:
         self.target, self.max_new_tokens = target, max_new_tokens
         self.drafts = {False: draft, True: draft_int8}
-        # the engine drafts with the int8 copy through its fused forward, transformers through the model's own
-        fused = [draft_int8.fused_decoder] if draft_int8.fused_decoder is not None else []
-        self.decoders = (target.model.get_decoder(), draft.model.get_decoder(), draft_int8.model.get_decoder(), *fused)
+        # the engine runs a model through its own faster decoder where it has one (packed bf16 linears, the fused int8
+        # forward), transformers through the model's
+        def decoders(loaded: LoadedModel) -> list:
+            own = loaded.model.get_decoder()
+            return [own] if loaded.decoder is own else [own, loaded.decoder]
+
+        self.target_decoders = decoders(target)
+        self.draft_decoders = decoders(draft) + decoders(draft_int8)
         self.pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else 0
         self._ids = 0
+
+    @contextmanager
+    def counted(self) -> Iterator[tuple[ForwardLog, list[ForwardLog]]]:
+        """The target's forward calls (one side runs one of its decoders, so their logs concatenate in order) and
+        the drafts'."""
+        with count_forwards(*self.target_decoders, *self.draft_decoders) as logs:
+            target = ForwardLog()
+            yield target, logs[len(self.target_decoders):]
+            target.calls = [call for log in logs[:len(self.target_decoders)] for call in log.calls]
 
     def run(self, config: Config, prompt_ids: list[int], max_new_tokens: int | None = None) -> Sample:
         if isinstance(config, HfConfig):
@@ -162,7 +178,7 @@ class Bench:
             kwargs["assistant_model"] = draft.model
         elif config.kind == "lookup":
             kwargs.update(prompt_lookup_num_tokens=config.k, max_matching_ngram_size=2)
-        with count_forwards(*self.decoders) as (t_log, *d_logs), stopwatch() as watch:
+        with self.counted() as (t_log, d_logs), stopwatch() as watch:
             out = self.target.model.generate(ids, **kwargs)
         new = out[0, len(prompt_ids):].tolist()
         return Sample(len(new) / watch.wall_s, watch.wall_s, len(new), t_log.count, sum(d.count for d in d_logs),
@@ -183,7 +199,7 @@ class Bench:
         for cfg, ids in zip(configs, prompts):
             self._ids += 1
             requests.append(Request(f"r{self._ids}", ids, params, cfg.spec))
-        with count_forwards(*self.decoders) as (t_log, *d_logs), stopwatch() as watch:
+        with self.counted() as (t_log, d_logs), stopwatch() as watch:
             done = engine.run(requests)
         seconds = watch.wall_s
         outputs = [done[r.request_id][0] for r in requests]
@@ -598,12 +614,13 @@ def main() -> None:
     meta["context"] = args.context
     meta["wall_s"] = round(time.perf_counter() - started, 1)
 
-    text = report(meta, prompts, samples, conc, cost, refs, args.context)
-    print(text)
     stem = results_stem(args)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{stem}.md").write_text(text + "\n")
+    # the measurements first: a report that fails can be rendered again from them (--render)
     (RESULTS / f"{stem}.json").write_text(json.dumps(to_json(meta, samples, conc, cost, refs), indent=1))
+    text = report(meta, prompts, samples, conc, cost, refs, args.context)
+    print(text)
+    (RESULTS / f"{stem}.md").write_text(text + "\n")
     log(f"wrote {RESULTS / stem}.md and .json")
 
 

@@ -1,12 +1,16 @@
-"""oneDNN-packed bfloat16 linears for a CPU target: the same layers and weights, a faster matmul kernel.
+"""oneDNN-packed bfloat16 linears for a CPU model: the same layers and weights, a faster matmul kernel.
 
-At the few rows a decode step feeds (1-20 tokens per request), ``F.linear`` in bfloat16 on CPU reads the weights at
-about a third of the memory bandwidth (16-18 GB/s for a stream of 0.5B parameters on 2 cores of this host, where a
-plain read reaches 53 GB/s). oneDNN's matmul on weights reordered once into its blocked layout
-(``torch.ops.mkldnn._reorder_linear_weight``, what inductor's CPU freezing uses) reaches 24-27 GB/s on the same
-stream, with identical results in an ad-hoc check. ``packed_decoder`` copies a model's decoder module tree, sharing
-every parameter except the linears, which it replaces by packed copies, and packs the LM head too; the model itself is
-unchanged (transformers' generate keeps using it). The engine runs the copy through ``LoadedModel.decoder``.
+At the few rows a decode step feeds (1-20 tokens per request), ``F.linear`` in bfloat16 on CPU streams the weights at
+about a third of the memory bandwidth (16-18 GB/s over 660 MB of weights on 2 cores of this host, where a plain read
+reaches 53 GB/s). oneDNN's matmul on weights reordered once into its blocked layout
+(``torch.ops.mkldnn._reorder_linear_weight``, what inductor's CPU freezing uses) reached 24-27 GB/s on the same
+stream with identical results, and the 1.5B target's one-token step at batch 4 took 107 instead of 204 ms (ad-hoc
+timings; the cost curve of benchmarks/engine_vs_hf.py times it against transformers' forward).
+
+``packed_decoder`` copies a model's decoder module tree around the model's own tensors, replaces every linear by a
+packed copy and packs the LM head too; the model itself is unchanged (transformers' generate keeps using it). The
+engine runs the copy through ``LoadedModel.decoder``. The packed weights are a second copy of the linears' weights in
+memory.
 """
 
 from __future__ import annotations
