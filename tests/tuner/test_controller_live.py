@@ -192,7 +192,14 @@ def test_sidecar_process_steers_the_engine_and_the_engine_outlives_it(engine, co
                     break
                 assert time.monotonic() < deadline, "no change applied within 90 s"
                 time.sleep(0.5)
-            rec = httpx.get(f"{url}/v1/recommendation?workload=steered&batch_size=1&context_len=64", headers=auth)
+            # the first n-gram steps of each request draft from the prompt and miss, so right after the switch the
+            # estimate can dip below off for a poll or two; the recommendation must come back to n-gram
+            while True:
+                rec = httpx.get(f"{url}/v1/recommendation?workload=steered&batch_size=1&context_len=64",
+                                headers=auth)
+                if rec.status_code != 200 or rec.json()["config"]["method"] == "ngram" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
             metrics = httpx.get(f"{url}/metrics").text
             health = httpx.get(f"{url}/health").json()
     finally:
