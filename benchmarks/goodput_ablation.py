@@ -36,6 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("specs", nargs="+", help="policy SPECs, e.g. goodput goodput:margin=0.05")
     parser.add_argument("--orders", type=int, default=4, help="request orders per cell (the table's: 4)")
+    parser.add_argument("--cells", action="store_true", help="also print every cell's ratio to its oracle")
     args = parser.parse_args()
     if args.orders < 1:
         parser.error("--orders: must be at least 1")
@@ -62,6 +63,8 @@ def main() -> None:
                 speedup = sum(r.tokens_per_s for r in runs) / len(runs) / row["off_tokens_per_s"]
                 ratio = speedup / row["oracle"]
                 ratios.append(ratio)
+                if args.cells:
+                    print(f"{name:<8} {spec}: {cell[0]} B={cell[1]} {ratio:.3f}x oracle, {speedup:.3f}x off")
                 lowest = min(lowest, speedup)
                 if ratio < TARGET_RATIO:
                     misses.append(f"{cell[0]} B={cell[1]} {ratio:.3f}")

@@ -24,8 +24,12 @@ wait longer on a request that has not drafted for a while and go to one whose ca
 drafted has an empty draft cache (the engine fills it at the request's first draft pass), so its first draft feeds
 the whole prompt. A deviation carries the share of such a fill or catch-up that one step's tokens are of the request's
 expected remaining output (what the workload's expected output runs beyond it, and at least what it has emitted: a
-request that has run long tends to run longer; never past its token limit); a probe carries it whole, except a group's
-first probe when the group, fills included, looks at least as good as the choice: the fill buys its first estimate.
+request that has run long tends to run longer; never past its token limit), and of that only the share of the
+workload's text in suffix-match buckets where a request would draft (elsewhere it copies or stays off, and its cache
+falls behind again: spread over all of a code-edit request's output, fills started the draft model in requests that
+then drafted a few steps, and code-edit B=1 made 0.89x its oracle instead of 0.97x); a probe carries it whole,
+except a group's first probe when the group, fills included, looks at least as good as the choice: the fill buys its
+first estimate.
 (Charged whole to one step, a catch-up kept a request that had missed a few draft passes off the draft model for good,
 behind by more each step.) The batch's choice prices the draft model with every request's fill of its prompt spread
 over the workload's expected output, which is what the draft model costs beyond its passes once every request runs
@@ -371,7 +375,7 @@ class GoodputPolicy(Policy):
         # output so far) or catching up a behind one is paid once and serves the rest of the request, so a step
         # carries the share of it that its own tokens are of the request's expected remaining output.
         fill_s = self._catch_up_s(batch, bucket, self._first_draft(ctx) if cold else catch_up)
-        remaining = self._remaining(work, ctx)
+        remaining = max(self._remaining(work, ctx) * self._drafting_share(work, batch), 1.0)
         pick, top = deviation.fallback, deviation.fallback_rate
         for config, tokens, seconds in deviation.drafts:
             rate = tokens / (seconds + fill_s * (tokens - deviation.others_tokens) / remaining)
@@ -570,6 +574,19 @@ class GoodputPolicy(Policy):
         if ctx.max_new_tokens is not None:
             remaining = min(remaining, ctx.max_new_tokens - output)
         return float(max(remaining, 1))
+
+    @staticmethod
+    def _drafting_share(work: _Workload, batch: int) -> float:
+        """The share of the workload's text in suffix-match buckets where a request would run the draft model, fills
+        aside (or that no request has priced yet). Only those stretches pay a fill or catch-up back: elsewhere the
+        request looks up or stays off, and its draft cache falls behind again."""
+        total = drafting = 0.0
+        for match, share in work.mix.items():
+            total += share
+            deviation = work.deviations.get((batch, match))
+            if deviation is None or deviation.drafts:
+                drafting += share
+        return drafting / total if total > 0 else 1.0
 
     def _fill_per_token(self, work: _Workload, batch: int, bucket: int) -> float:
         """Seconds per output token of filling a request's empty draft cache with the workload's mean prompt,

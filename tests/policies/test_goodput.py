@@ -289,6 +289,44 @@ def test_until_a_request_ends_a_draft_cache_fill_is_spread_over_the_token_limit(
     assert [c.speculative for c in firsts["short"][1:]] == [False] * 5
 
 
+def test_a_draft_cache_fill_is_spread_only_over_the_text_where_the_request_would_draft():
+    """Requests alternate copied stretches (a lookup of 8 is always right, so they copy) and new text (lookups find
+    nothing; the draft model gets one token right per step, about 1.5x off once its cache is filled). Filling a
+    request's draft cache (its 64-token prompt) costs about 12 plain steps, and only the new text pays it back. Where
+    new text is 95% of the output a request starts the draft model on its first step; where it is 5%, the fill would
+    be spread over about 20 drafting tokens, so the request stays off there. (Spread over all 400 tokens of the
+    request, as if it drafted to its end, the fill looked worth it in both.)"""
+    cost = linear_cost(draft_base=0.002, draft_per_token=0.004)  # the fill: 0.26 s; a plain step: 0.021 s
+    policy = GoodputPolicy(cost, GoodputOptions(ks=(1, 2, 8)))
+    length, period, step = 400, 100, 0
+    firsts: dict[str, list[SpecConfig]] = {"copying": [], "writing": []}
+    for workload, new_text in (("copying", 5), ("writing", 95)):
+        for request in range(8):
+            rid, emitted = f"{workload}-{request}", 0
+            while emitted < length:
+                fresh = emitted % period < new_text
+                left = (new_text if fresh else period) - emitted % period  # tokens to the end of this stretch
+                left = min(left, length - emitted)
+                config = policy.decide(context(rid, workload=workload, output_len=emitted,
+                                               suffix_match=0 if fresh else 9, max_new_tokens=length))
+                if emitted == 0:
+                    firsts[workload].append(config)
+                if not config.speculative:
+                    accepted, proposed = 0, None
+                elif fresh:
+                    accepted = min(1, left - 1) if config.method == "draft" else 0
+                    proposed = None if config.method == "draft" else 0
+                else:
+                    accepted, proposed = min(config.k, left - 1), None
+                step += 1
+                stats = step_stats(config, accepted, step=step, request_id=rid, workload=workload, proposed=proposed,
+                                   finished=emitted + accepted + 1 >= length)
+                policy.observe(stats)
+                emitted += stats.emitted_tokens
+    assert [c.method for c in firsts["writing"][2:]] == ["draft"] * 6
+    assert all(c.method != "draft" for c in firsts["copying"][2:])
+
+
 def test_probes_that_stretch_a_large_batch_step_are_spaced_by_the_time_they_lose():
     # at batch 16 every extra token per row costs most of a step: one request's lookup of k tokens makes the
     # verify k + 1 tokens wide for all 16 rows, so a probe step takes up to twice a step's time
