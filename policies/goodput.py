@@ -372,8 +372,8 @@ class GoodputPolicy(Policy):
         if not deviation.drafts or current:
             return self._ride(deviation, deviation.config, current)
         # The draft pass also feeds what this request's draft cache lacks. Filling an empty one (the prompt and all
-        # output so far) or catching up a behind one is paid once and serves the rest of the request, so a step
-        # carries the share of it that its own tokens are of the request's expected remaining output.
+        # output so far) or catching up a behind one is paid once and serves the rest of the request where it drafts,
+        # so a step carries the share of it that its own tokens are of that part of the expected remaining output.
         fill_s = self._catch_up_s(batch, bucket, self._first_draft(ctx) if cold else catch_up)
         remaining = max(self._remaining(work, ctx) * self._drafting_share(work, batch), 1.0)
         pick, top = deviation.fallback, deviation.fallback_rate

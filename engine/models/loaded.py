@@ -19,11 +19,11 @@ class LoadedModel:
     precision: str = "float32"  # the load dtype, or "int8" for dynamic int8 weights
     # a faster equivalent of ``model.get_decoder()`` for the engine's forwards (engine.models.fused for int8,
     # engine.models.packed for bfloat16 on CPU), or None
-    fused_decoder: Any | None = None
+    fast_decoder: Any | None = None
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any | None = None, name: str = "in-memory",
-                   precision: str | None = None, fused_decoder: Any | None = None) -> LoadedModel:
+                   precision: str | None = None, fast_decoder: Any | None = None) -> LoadedModel:
         model.eval()
         for param in model.parameters():
             param.requires_grad_(False)
@@ -34,12 +34,12 @@ class LoadedModel:
         if precision is None:
             precision = str(next(model.parameters()).dtype).removeprefix("torch.")
         return cls(name=name, model=model, tokenizer=tokenizer, eos_token_ids=eos_ids, precision=precision,
-                   fused_decoder=fused_decoder)
+                   fast_decoder=fast_decoder)
 
     @property
     def decoder(self) -> Any:
         """What the engine runs the layers with."""
-        return self.fused_decoder if self.fused_decoder is not None else self.model.get_decoder()
+        return self.fast_decoder if self.fast_decoder is not None else self.model.get_decoder()
 
     @property
     def dtype(self) -> torch.dtype:

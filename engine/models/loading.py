@@ -86,10 +86,10 @@ def load_model(name_or_path: str | Path, dtype: str | torch.dtype = "float32", d
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch_dtype, attn_implementation=attn_implementation)
     model.to(resolved_device)
     if dtype == INT8:
-        model, fused = quantize_int8_fused(model)
+        model, fast = quantize_int8_fused(model)
     else:
-        fused = packed_decoder(model)
+        fast = packed_decoder(model)
     has_tokenizer = any((directory / f).is_file() for f in _TOKENIZER_FILES)
     tokenizer = AutoTokenizer.from_pretrained(directory) if has_tokenizer else None
     precision = dtype if isinstance(dtype, str) else str(torch_dtype).removeprefix("torch.")
-    return LoadedModel.from_model(model, tokenizer, name=name, precision=precision, fused_decoder=fused)
+    return LoadedModel.from_model(model, tokenizer, name=name, precision=precision, fast_decoder=fast)

@@ -21,7 +21,7 @@ PROMPTS = [[3, 4, 5, 6, 7, 3, 4, 5], [10, 11, 12], [20, 21, 22, 23, 24, 25, 26, 
 
 def int8_copy(seed: int, arch: str) -> LoadedModel:
     model, fused = quantize_int8_fused(tiny_model(seed, arch=arch, dtype=torch.float32).model)
-    return LoadedModel.from_model(model, precision="int8", fused_decoder=fused)
+    return LoadedModel.from_model(model, precision="int8", fast_decoder=fused)
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])

@@ -17,7 +17,7 @@ def model(request) -> LoadedModel:
     arch, _, fused = request.param.partition(" ")
     loaded = tiny_model(5, arch=arch, dtype=torch.float32, layers=3)
     if fused:
-        loaded.fused_decoder = FusedDecoder(loaded.model, fuse_projections(loaded.model))
+        loaded.fast_decoder = FusedDecoder(loaded.model, fuse_projections(loaded.model))
     return loaded
 
 

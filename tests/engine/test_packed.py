@@ -24,7 +24,7 @@ needs_bf16 = pytest.mark.skipif(not packable(tiny_model(dtype=torch.bfloat16).mo
 
 def packed_copy(seed: int, arch: str) -> LoadedModel:
     model = tiny_model(seed, arch=arch, dtype=torch.bfloat16).model
-    return LoadedModel.from_model(model, precision="bfloat16", fused_decoder=packed_decoder(model))
+    return LoadedModel.from_model(model, precision="bfloat16", fast_decoder=packed_decoder(model))
 
 
 def step_logits(loaded: LoadedModel, decoder) -> list[torch.Tensor]:

@@ -81,7 +81,7 @@ def test_int8_draft_is_lossless(models):
     draft = load_model("smollm2-135m", dtype="int8")
     assert draft.precision == "int8" and model_identity(draft) == "smollm2-135m@int8"
     assert not any(type(m) is torch.nn.Linear for m in draft.model.modules())
-    assert draft.fused_decoder is not None  # SmolLM2 is a Llama: the engine drafts through the fused forward
+    assert draft.fast_decoder is not None  # SmolLM2 is a Llama: the engine drafts through the fused forward
     prompts = [encode_chat(target.tokenizer, [{"role": "user", "content": p}]) for p in PROMPTS]
     expected = [hf_greedy(target, ids, 32) for ids in prompts]
     engine = SpecEngine(target, draft, max_batch=len(prompts))
