@@ -7,6 +7,16 @@ is constant), and the result never drops below the smallest measured time, so a 
 That is all the "fitting" there is: the model goes exactly through every measured point and assumes nothing between
 them beyond linearity, which is what forward times on a fixed kernel set look like once the grid is dense enough.
 
+The LM head is timed apart (``target_head``, ``draft_head``: seconds by rows of hidden states, read the same way):
+the engine computes logits only where it needs them, at every proposed node of a verify but not at the padding of a
+row shorter than the batch's widest, and in a draft pass at the nodes it expands next but not at the tokens a
+catch-up feeds. On Qwen2.5-Coder-1.5B (bf16, benchmarks/results/policies_cost_model.json) the head over one row takes
+10.6 ms beside a 47 ms one-token forward, and 184 ms over 256 rows; the 0.5B draft's, 4.2 and 135 ms. Priced inside
+the forwards, a verify at batch 4 whose lookups mostly came up short was dearer than the live engine ran it (live
+code-edit at n-gram k=8 made 1.11x the replay's tokens/s; 1.02x with the head apart), and a draft model filling a
+300-token prompt came out about half again dearer than it is. A model without them (``target_head`` None: files
+calibrated before heads were timed apart) prices the head inside ``target`` and ``draft``, over every token fed.
+
 An engine step also costs time outside the forwards (choosing configs, building the tree mask, accepting, emitting,
 statistics): ``step_overhead_s`` holds it per batch size of the target grid, measured on the engine itself, and every
 step pays it whatever it speculates (linear between batch sizes, constant beyond).
@@ -145,6 +155,9 @@ class CostModel(BaseModel):
     engine: EngineIdentity
     target: ForwardGrid
     draft: ForwardGrid | None = None
+    # the LM head (logits and argmax) over ``tokens`` rows, at batch size 1 and context 0: ``tokens`` is the only axis
+    target_head: ForwardGrid | None = None
+    draft_head: ForwardGrid | None = None
     ngram_s: float = Field(default=0.0, ge=0.0, description="n-gram lookup seconds per request per step")
     step_overhead_s: tuple[float, ...] = Field(default=(), description=(
         "engine seconds per step outside the forwards, at each of target.batch_sizes (empty: none measured)"))
@@ -167,9 +180,14 @@ class CostModel(BaseModel):
             return 0.0
         return float(np.interp(batch_size, self.target.batch_sizes, self.step_overhead_s))
 
-    def verify_s(self, batch_size: int, total_tokens: float, context_len: float) -> float:
-        """Seconds of one target forward over ``total_tokens`` new tokens spread across ``batch_size`` requests."""
-        return self.target(batch_size, total_tokens / batch_size, context_len)
+    def verify_s(self, batch_size: int, total_tokens: float, context_len: float, logits: float | None = None) -> float:
+        """Seconds of one target forward over ``total_tokens`` new tokens spread across ``batch_size`` requests (the
+        batch padded to its widest row), with the LM head over ``logits`` of them (all of them if None: the real
+        nodes, the padding of shorter rows aside)."""
+        forward = self.target(batch_size, total_tokens / batch_size, context_len)
+        if self.target_head is None:
+            return forward
+        return forward + self.target_head(1, total_tokens if logits is None else logits, 0)
 
     def draft_s(self, batch_size: int, k: int, context_len: float, method: str, tree: TreeShape | None = None,
                 catch_up: int = 1) -> float:
@@ -194,16 +212,20 @@ class CostModel(BaseModel):
         if self.draft is None:
             raise ValueError("cost model has no draft-model grid (calibrate with --draft to price method=draft)")
         shape = tree or TreeShape()
+        head = self.draft_head
         out, total, nodes = [0.0], 0.0, 1  # nodes: the tree's nodes at the depth fed next
         for depth in range(1, k + 1):
             total += self.draft(batch_size, max(catch_up, 1) if depth == 1 else nodes, context_len)
+            if head is not None:
+                total += head(1, batch_size * nodes, 0)
             out.append(total)
             nodes *= shape.branching_at(depth)
         return out
 
     def catch_up_alone_s(self, missing: int, context_len: float) -> float:
         """Seconds of the draft forward that feeds one request, on its own, the ``missing - 1`` tokens before the
-        root that its draft cache lacks (``engine.drafters.catch_up``); its root then joins the batch's pass."""
+        root that its draft cache lacks (``engine.drafters.catch_up``); its root then joins the batch's pass. It
+        computes no logits."""
         if self.draft is None:
             raise ValueError("cost model has no draft-model grid (calibrate with --draft to price method=draft)")
         return self.draft(1, missing - 1, context_len)

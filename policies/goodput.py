@@ -3,11 +3,13 @@
 Acceptance is estimated online per workload (``policies.acceptance``); a config of depth k with ``nodes`` draft nodes
 emits 1 + E[a] tokens per step, so with the measured cost model
 
-    tokens/s = (1 + E[a]) / (draft_s(B, k, ctx) + verify_s(B, B * (1 + nodes), ctx) + overhead_s(B))
+    tokens/s = (1 + E[a]) / (draft_s(B, k, ctx) + verify_s(B, B * (1 + nodes), ctx, B * (1 + proposed))
+                             + overhead_s(B))
 
 assuming, for the batch's choice, that every request runs the same config. The engine pads a step's verify forward to
 its widest row, so ``nodes`` is the widest row's: k for a draft model, and for a lookup k times the chance that at
-least one of the B lookups proposes in full. Off scores
+least one of the B lookups proposes in full; its LM head runs over the nodes proposed, k for a draft model and for a
+lookup k times the share it proposes. Off scores
 1 / (verify_s(B, B, ctx) + overhead_s(B)) and speculation must beat it by ``margin``, so acceptance near 0 or a steep
 verify curve turns speculation off (k = 0).
 
@@ -269,7 +271,8 @@ class _Priced:
     config: SpecConfig
     group: int  # -1 for off
     accepted: float  # E[a] per step
-    nodes: float  # draft nodes verified per step
+    nodes: float  # draft nodes verified per step, the padding to the batch's widest row included
+    proposed: float  # draft nodes proposed per step (the LM head runs over these only)
     draft_s: float
     seconds: float  # draft + verify seconds of a step in which every request runs this config
     # the group's best score were its acceptance as high as its run count leaves plausible (``_price_group``; inf
@@ -300,7 +303,7 @@ class GoodputPolicy(Policy):
         self._drafted_to: dict[str, int] = {}  # request -> output position the draft model's cache reaches
         self._catch_up_cost: dict[tuple[int, int, int], float] = {}  # (batch, bucket, catch-up) -> extra seconds
         self._draft_cost: dict[tuple[int, int, int], list[float]] = {}  # (batch, bucket, group) -> by depth
-        self._verify_cost: dict[tuple[int, int, float], float] = {}
+        self._verify_cost: dict[tuple[int, int, float, float], float] = {}
         # what the requests decided so far in this step make its forwards span (see ``_ride``); an observation
         # ends the step: the engine decides every request's step, runs it, then observes every request
         self._step_width = 0  # verify nodes per row
@@ -418,11 +421,13 @@ class GoodputPolicy(Policy):
         table = self._workload(workload).table
         bucket = max(context_len, 0) // CONTEXT_BUCKET
         if not config.speculative:
-            return 1.0 / self._verify(batch_size, bucket, 0.0)
+            return 1.0 / self._verify(batch_size, bucket, 0.0, 0.0)
         accepted = table.accepted_by_depth(config.method, config.tree, config.k)[config.k]
-        nodes = config.tree.max_nodes(config.k) * (_widest(table.fill, batch_size) if config.method == "ngram" else 1.0)
+        nodes = config.tree.max_nodes(config.k)
+        fill = table.fill if config.method == "ngram" else 1.0
         seconds = self.cost.draft_s(batch_size, config.k, (bucket + 0.5) * CONTEXT_BUCKET, config.method,
-                                    config.tree) + self._verify(batch_size, bucket, nodes)
+                                    config.tree) \
+            + self._verify(batch_size, bucket, nodes * _widest(fill, batch_size), batch_size * nodes * fill)
         return (1.0 + accepted) / seconds
 
     def _epoch(self, observations: int) -> int:
@@ -445,7 +450,8 @@ class GoodputPolicy(Policy):
         doubt = 1.0 / (work.runs[index] + 1) if work.runs[index] < WARM_STEPS else 0.0
         top_k, top_score, top_seconds, optimistic = 0, -1.0, 0.0, 0.0 if doubt else float("inf")
         for k in group.ks:
-            seconds = drafting[k] + self._verify(batch, bucket, group.nodes[k] * widest) \
+            nodes = group.nodes[k]
+            seconds = drafting[k] + self._verify(batch, bucket, nodes * widest, batch * nodes * fill) \
                 + batch * (1.0 + accepted[k]) * per_token
             score = (1.0 + accepted[k]) / seconds
             if score > top_score:
@@ -454,14 +460,14 @@ class GoodputPolicy(Policy):
                 optimistic = max(optimistic, (1.0 + accepted[k] + (k - accepted[k]) * doubt) / seconds)
             if k >= reach:  # the first candidate at or past the reach is the deepest priced
                 break
-        return _Priced(group.configs[top_k], index, accepted[top_k], group.nodes[top_k] * widest, drafting[top_k],
-                       top_seconds, optimistic)
+        return _Priced(group.configs[top_k], index, accepted[top_k], group.nodes[top_k] * widest,
+                       group.nodes[top_k] * fill, drafting[top_k], top_seconds, optimistic)
 
     def _evaluate(self, work: _Workload, batch: int, bucket: int, epoch: int) -> _Choice:
         """The best config for the whole batch, and each other group's best config with the steps to wait between
         its probes."""
-        off_s = self._verify(batch, bucket, 0.0)
-        off = _Priced(self.off, -1, 0.0, 0.0, 0.0, off_s, 1.0 / off_s)
+        off_s = self._verify(batch, bucket, 0.0, 0.0)
+        off = _Priced(self.off, -1, 0.0, 0.0, 0.0, 0.0, off_s, 1.0 / off_s)
         per_group = [self._price_group(work, batch, bucket, i, epoch) for i in range(len(self.groups))]
         # a group that never ran is only probed: its estimates are still the prior
         winner = max((p for p in per_group if work.runs[p.group]), key=lambda p: p.score, default=off)
@@ -527,7 +533,8 @@ class GoodputPolicy(Policy):
         best_method = batch_best.config.method if batch_best.config.speculative else "off"
         margin = 1.0 + self.options.margin / batch  # speculating must beat off by this
         verify, floor_nodes, own_tokens = self._verify, batch_best.nodes, others_tokens + 1.0  # the others' widest
-        off_rate = own_tokens / (others_draft_s + verify(batch, bucket, floor_nodes))
+        others_nodes = (batch - 1) * batch_best.proposed
+        off_rate = own_tokens / (others_draft_s + verify(batch, bucket, floor_nodes, others_nodes))
         choice, top, fallback, fallback_top, drafts = self.off, off_rate * margin, self.off, off_rate * margin, []
         by_group = []
         for index, group in enumerate(self.groups):
@@ -538,7 +545,8 @@ class GoodputPolicy(Policy):
                 fill, lookup_s = table.fill, others_draft_s + self.cost.ngram_s
                 for k in group.ks:
                     tokens = own_tokens + accepted[k]
-                    rate = tokens / (lookup_s + verify(batch, bucket, max(floor_nodes, group.nodes[k] * fill)))
+                    own = group.nodes[k] * fill
+                    rate = tokens / (lookup_s + verify(batch, bucket, max(floor_nodes, own), others_nodes + own))
                     if rate > top:
                         choice, top = group.configs[k], rate
                     if rate > fallback_top:
@@ -551,7 +559,8 @@ class GoodputPolicy(Policy):
                 # a deeper draft-model pass replaces the others' one; with another method it comes on top
                 draft_s = max(others_draft_s, drafting[k]) if best_method == "draft" else others_draft_s + drafting[k]
                 tokens = own_tokens + accepted[k]
-                seconds = draft_s + verify(batch, bucket, max(floor_nodes, group.nodes[k]))
+                seconds = draft_s + verify(batch, bucket, max(floor_nodes, group.nodes[k]),
+                                           others_nodes + group.nodes[k])
                 rate = tokens / seconds
                 if rate > top:
                     choice, top = group.configs[k], rate
@@ -620,7 +629,8 @@ class GoodputPolicy(Policy):
         best_tokens = 1.0 + best.accepted
         draft_s = max(best.draft_s, probe.draft_s) if probe.config.method == best.config.method else \
             best.draft_s + probe.draft_s
-        seconds = draft_s + self._verify(batch, bucket, max(best.nodes, probe.nodes))
+        seconds = draft_s + self._verify(batch, bucket, max(best.nodes, probe.nodes),
+                                         (batch - 1) * best.proposed + probe.proposed)
         tokens = (batch - 1) * best_tokens + 1.0 + probe.accepted
         return max(0.0, seconds / best.seconds - tokens / (batch * best_tokens))
 
@@ -634,14 +644,16 @@ class GoodputPolicy(Policy):
             self._draft_cost[key] = value
         return value
 
-    def _verify(self, batch: int, bucket: int, nodes: float) -> float:
-        """Seconds of a step's verify forward with ``nodes`` draft nodes per request, plus the engine's per-step
-        overhead (every step pays it, so it favours configs that emit more tokens per step)."""
-        total = round(batch * nodes * 4) / 4  # the batch's nodes in quarter tokens keep the cache small
-        key = (batch, bucket, total)
+    def _verify(self, batch: int, bucket: int, nodes: float, proposed: float) -> float:
+        """Seconds of a step's verify forward with ``nodes`` draft nodes per request (the batch padded to its widest
+        row) of which the batch proposed ``proposed`` in all (the LM head runs over those), plus the engine's
+        per-step overhead (every step pays it, so it favours configs that emit more tokens per step)."""
+        # the batch's nodes in quarter tokens keep the cache small
+        total, head = round(batch * nodes * 4) / 4, round(min(proposed, batch * nodes) * 4) / 4
+        key = (batch, bucket, total, head)
         value = self._verify_cost.get(key)
         if value is None:
-            value = self.cost.verify_s(batch, batch + total, (bucket + 0.5) * CONTEXT_BUCKET) \
+            value = self.cost.verify_s(batch, batch + total, (bucket + 0.5) * CONTEXT_BUCKET, batch + head) \
                 + self.cost.overhead_s(batch)
             self._verify_cost[key] = value
         return value

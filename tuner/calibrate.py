@@ -2,9 +2,12 @@
 
 What is timed is what the engine runs each step, through the same code (``engine.kv.BatchKV``):
 
-- target: a forward of ``tokens`` new chain nodes per row for ``batch`` rows whose caches hold ``context`` tokens,
-  the LM head over every node, the argmax, and the commit that compacts the cache afterwards;
-- draft: the same for the draft model (one forward per drafted depth);
+- target: a forward of ``tokens`` new chain nodes per row for ``batch`` rows whose caches hold ``context`` tokens and
+  the commit that compacts the cache afterwards;
+- the target's LM head and argmax over ``rows`` hidden states, apart: the engine computes logits only at real nodes,
+  not at a short row's padding;
+- draft: the same for the draft model (one forward per drafted depth; its head runs at the nodes expanded next, not at
+  the tokens a catch-up feeds);
 - n-gram: one ``ngram_candidates`` lookup over a ``context``-token sequence;
 - the step overhead: an engine step (``SpecEngine.step``, speculation off) minus the target forward step above at the
   same batch size, in pairs timed back to back (median of the pairs' differences). It is what the engine spends
@@ -42,16 +45,17 @@ class Grid:
 
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
     tokens: tuple[int, ...] = (1, 2, 4, 8, 16)
-    draft_tokens: tuple[int, ...] = (1, 2, 4)
+    draft_tokens: tuple[int, ...] = (1, 2, 4, 16)  # 16: catch-ups and prompt fills extend the 4 -> 16 slope
     context_lens: tuple[int, ...] = (128, 512)
+    head_rows: tuple[int, ...] = (1, 4, 8, 16, 32, 64, 128, 256)
     warmup: int = 1
     repeats: int = 5
     overhead_pairs: int = 12  # engine step / forward step pairs per batch size
 
 
 FULL = Grid()
-QUICK = Grid(batch_sizes=(1, 2), tokens=(1, 2), draft_tokens=(1,), context_lens=(16, 32), warmup=1, repeats=1,
-             overhead_pairs=2)
+QUICK = Grid(batch_sizes=(1, 2), tokens=(1, 2), draft_tokens=(1,), context_lens=(16, 32), head_rows=(1, 2), warmup=1,
+             repeats=1, overhead_pairs=2)
 OVERHEAD_CONTEXT = 16  # prompt tokens of the overhead runs: cheap to prefill at batch 16; the overhead barely grows
 
 
@@ -73,17 +77,31 @@ def prefill(loaded: LoadedModel, context: int) -> BatchKV:
     return kv
 
 
-def forward_step(base: BatchKV, batch: int, tokens: int) -> Callable[[], None]:
-    """One engine forward step (forward, LM head, argmax, commit) for ``batch`` copies of ``base``'s row with
-    ``tokens`` new chain nodes each; the cache keeps its context between calls."""
+def forward_step(base: BatchKV, batch: int, tokens: int, head: bool = True) -> Callable[[], None]:
+    """One engine forward step (forward, then with ``head`` the LM head and argmax over every node, then the commit)
+    for ``batch`` copies of ``base``'s row with ``tokens`` new chain nodes each; the cache keeps its context between
+    calls."""
     kv = BatchKV(base.model, 0, base.decoder)
     kv.extend(base)
     kv.select([0] * batch)
     nodes = Nodes.chains([[1] * tokens for _ in range(batch)], 0, kv.device)
 
     def run() -> None:
-        kv.logits(kv.forward(nodes)).argmax(-1).tolist()
+        hidden = kv.forward(nodes)
+        if head:
+            kv.logits(hidden).argmax(-1).tolist()
         kv.commit([[] for _ in range(batch)])
+
+    return run
+
+
+def head_step(base: BatchKV, rows: int) -> Callable[[], None]:
+    """The LM head and argmax over ``rows`` hidden states, as the engine runs them on the nodes it keeps logits of."""
+    hidden = torch.randn(rows, base.model.config.hidden_size, generator=torch.Generator().manual_seed(rows),
+                         dtype=base.model.dtype).to(base.device)
+
+    def run() -> None:
+        base.logits(hidden).argmax(-1).tolist()
 
     return run
 
@@ -128,12 +146,11 @@ def time_step_overhead(target: LoadedModel, batch_sizes: Sequence[int], grid: Gr
     return tuple(out)
 
 
-def measure_grid(loaded: LoadedModel, batch_sizes: Sequence[int], tokens: Sequence[int], contexts: Sequence[int],
-                 grid: Grid, tick: Callable[[], None]) -> ForwardGrid:
-    """Every point timed once per round (see the module docstring); ``tick`` after each timed round of a point."""
-    bases = {c: prefill(loaded, c) for c in contexts}
-    points = [(b, t, c) for b in batch_sizes for t in tokens for c in contexts]
-    steps = {p: forward_step(bases[p[2]], p[0], p[1]) for p in points}
+def _time_rounds(steps: dict[tuple[int, int, int], Callable[[], None]], grid: Grid,
+                 tick: Callable[[], None]) -> dict[tuple[int, int, int], float]:
+    """Median seconds of every step, each timed once per round in a rotated order (see the module docstring);
+    ``tick`` after each timed round."""
+    points = list(steps)
     times: dict[tuple[int, int, int], list[float]] = {p: [] for p in points}
     rounds = grid.warmup + grid.repeats
     for round_ in range(rounds):
@@ -145,16 +162,33 @@ def measure_grid(loaded: LoadedModel, batch_sizes: Sequence[int], tokens: Sequen
                 times[point].append(time.perf_counter() - start)
         if round_ >= grid.warmup:
             tick()
-    measured = uniform_grid(batch_sizes, tokens, contexts, lambda b, t, c: statistics.median(times[(b, t, c)]))
-    return measured.monotone()
+    return {p: statistics.median(t) for p, t in times.items()}
+
+
+def measure_grid(loaded: LoadedModel, batch_sizes: Sequence[int], tokens: Sequence[int], contexts: Sequence[int],
+                 grid: Grid, tick: Callable[[], None]) -> ForwardGrid:
+    """The forwards without the LM head, every point timed once per round; ``tick`` after each timed round."""
+    bases = {c: prefill(loaded, c) for c in contexts}
+    steps = {(b, t, c): forward_step(bases[c], b, t, head=False) for b in batch_sizes for t in tokens
+             for c in contexts}
+    medians = _time_rounds(steps, grid, tick)
+    return uniform_grid(batch_sizes, tokens, contexts, lambda b, t, c: medians[(b, t, c)]).monotone()
+
+
+def measure_head(loaded: LoadedModel, rows: Sequence[int], grid: Grid) -> ForwardGrid:
+    """The LM head over each count of ``rows``, on the tokens axis of a one-point batch and context grid."""
+    base = prefill(loaded, 1)
+    medians = _time_rounds({(1, r, 0): head_step(base, r) for r in rows}, grid, lambda: None)
+    return uniform_grid((1,), rows, (0,), lambda b, t, c: medians[(b, t, c)]).monotone()
 
 
 def retime(cost: CostModel, target: LoadedModel, draft: LoadedModel | None, batch: int,
            grid: Grid = Grid(warmup=1, repeats=3)) -> CostModel:
     """``cost`` with its target and draft grids measured again now, at one batch size (so constant along the batch
-    axis), at the grids' token counts and context lengths. A shared CPU's speed drifts by 10-30% within an hour, so
-    checking a replay's prediction against a live run needs the forwards priced as the host runs them around the
-    live run; this is calibration's timing, restricted to the batch size the live run uses."""
+    axis), at the grids' token counts and context lengths, and its heads at their row counts. A shared CPU's speed
+    drifts by 10-30% within an hour, so checking a replay's prediction against a live run needs the forwards priced
+    as the host runs them around the live run; this is calibration's timing, restricted to the batch size the live
+    run uses."""
     def at_batch(loaded: LoadedModel, measured: ForwardGrid) -> ForwardGrid:
         contexts = [int(c) for c in measured.context_lens]
         return measure_grid(loaded, [batch], [int(t) for t in measured.tokens], contexts, grid, lambda: None)
@@ -162,8 +196,13 @@ def retime(cost: CostModel, target: LoadedModel, draft: LoadedModel | None, batc
     with torch.no_grad():
         target_grid = at_batch(target, cost.target)
         draft_grid = at_batch(draft, cost.draft) if draft is not None and cost.draft is not None else cost.draft
+        heads = {}
+        for name, loaded in (("target_head", target), ("draft_head", draft)):
+            measured = getattr(cost, name)
+            if loaded is not None and measured is not None:
+                heads[name] = measure_head(loaded, [int(r) for r in measured.tokens], grid)
     overhead = (cost.overhead_s(batch),) if cost.step_overhead_s else ()
-    return cost.model_copy(update={"target": target_grid, "draft": draft_grid, "step_overhead_s": overhead})
+    return cost.model_copy(update={"target": target_grid, "draft": draft_grid, "step_overhead_s": overhead, **heads})
 
 
 def calibrate(target: LoadedModel, draft: LoadedModel | None, grid: Grid = FULL, progress: bool = False,
@@ -175,14 +214,16 @@ def calibrate(target: LoadedModel, draft: LoadedModel | None, grid: Grid = FULL,
                                disable=not progress) as bar:
         target_grid = measure_grid(target, grid.batch_sizes, grid.tokens, grid.context_lens, grid,
                                    lambda: bar.update(1))
-        draft_grid = None
+        target_head = measure_head(target, grid.head_rows, grid)
+        draft_grid = draft_head = None
         if draft is not None:
             draft_grid = measure_grid(draft, grid.batch_sizes, grid.draft_tokens, grid.context_lens, grid,
                                       lambda: bar.update(1))
+            draft_head = measure_head(draft, grid.head_rows, grid)
     ngram_s = max(time_ngram(c, grid.warmup, max(grid.repeats, 5)) for c in grid.context_lens)
     with torch.no_grad():
         overhead = time_step_overhead(target, grid.batch_sizes, grid)
     identity = EngineIdentity(target=model_identity(target), draft=model_identity(draft) if draft else None,
                               dtype=target.precision, device=hardware_fingerprint(device))
-    return CostModel(engine=identity, target=target_grid, draft=draft_grid, ngram_s=ngram_s,
-                     step_overhead_s=overhead)
+    return CostModel(engine=identity, target=target_grid, draft=draft_grid, target_head=target_head,
+                     draft_head=draft_head, ngram_s=ngram_s, step_overhead_s=overhead)

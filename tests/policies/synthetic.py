@@ -17,14 +17,19 @@ CONTEXTS = (64, 256, 1024, 4096)
 
 def linear_cost(base: float = 0.02, per_token: float = 0.0005, per_context: float = 2e-6, draft_base: float = 0.006,
                 draft_per_token: float = 0.0002, ngram_s: float = 2e-5, target: str = "t", draft: str | None = "d",
-                dtype: str = "bf16") -> CostModel:
+                dtype: str = "bf16", head: tuple[float, float] | None = None) -> CostModel:
     """A cost model whose grid samples ``base + per_token * batch * tokens + per_context * batch * context``, so
-    interpolation inside the grid reproduces the formula exactly."""
+    interpolation inside the grid reproduces the formula exactly; with ``head`` (base, per row), LM heads timed
+    apart: the target's ``base + per_row * rows``, the draft's half that."""
     grid = uniform_grid(BATCHES, TOKENS, CONTEXTS, lambda b, t, c: base + per_token * b * t + per_context * b * c)
     draft_grid = uniform_grid(BATCHES, TOKENS, CONTEXTS,
                               lambda b, t, c: draft_base + draft_per_token * b * t + per_context / 4 * b * c)
+    heads = {}
+    if head is not None:
+        heads = {name: uniform_grid((1,), (1, 1024), (0,), lambda b, rows, c, share=share: share * (
+                     head[0] + head[1] * rows)) for name, share in (("target_head", 1.0), ("draft_head", 0.5))}
     return CostModel(engine=EngineIdentity(target=target, draft=draft, dtype=dtype), target=grid,
-                     draft=draft_grid if draft is not None else None, ngram_s=ngram_s)
+                     draft=draft_grid if draft is not None else None, ngram_s=ngram_s, **heads)
 
 
 def make_trace(output: Sequence[int], prompt: Sequence[int] = (1, 2, 3), max_new_tokens: int | None = None,

@@ -72,6 +72,25 @@ def test_draft_seconds():
         linear_cost(draft=None).draft_s(1, 2, 100, "draft")
 
 
+def test_the_head_is_priced_over_the_rows_that_get_logits():
+    plain, cost = linear_cost(), linear_cost(head=(0.004, 0.0001))
+
+    def head(rows: int) -> float:
+        return 0.004 + 0.0001 * rows
+
+    # 3 rows padded to 5 tokens each: the head runs over the 9 real nodes (all 15 unless told)
+    assert cost.verify_s(3, 15, 500, 9) == pytest.approx(plain.verify_s(3, 15, 500) + head(9))
+    assert cost.verify_s(3, 15, 500) == pytest.approx(plain.verify_s(3, 15, 500) + head(15))
+    # a draft pass: the first forward feeds each row's catch-up and takes logits at its root only, the next ones at
+    # the nodes they feed (2, then 4 per row in a 2x2 tree); the draft's head is half the target's here
+    tree = TreeShape(branching=(2, 2))
+    assert cost.draft_s(2, 3, 300, "draft", tree, catch_up=12) == pytest.approx(
+        plain.draft_s(2, 3, 300, "draft", tree, catch_up=12) + (head(2) + head(4) + head(8)) / 2)
+    assert cost.catch_up_alone_s(40, 300) == plain.catch_up_alone_s(40, 300)  # a catch-up alone takes no logits
+    assert plain.verify_s(3, 15, 500, 9) == plain.verify_s(3, 15, 500)  # without heads the grid holds them
+    assert CostModel.from_json(cost.to_json()) == cost
+
+
 def test_json_round_trip_keeps_the_engine_identity():
     cost = linear_cost(target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", dtype="bfloat16")
     again = CostModel.from_json(cost.to_json())

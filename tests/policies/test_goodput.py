@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from engine.config import SpecConfig, TreeShape
 from engine.policy import DecisionContext
 from engine.stats import StepStats
@@ -464,3 +468,21 @@ def test_a_group_that_could_not_pay_even_if_it_hit_waits_the_full_probe_gap_but_
     assert first <= 2  # never ran: probed at once
     assert not [s for s in probe_steps if first < s <= 100]  # the warm-up schedule re-probed at 12, 31, 59, 96
     assert len([s for s in probe_steps if s > 100]) >= 2
+
+
+def test_a_lookup_that_comes_up_short_pays_the_head_only_over_what_it_proposes():
+    batch, config = 4, SpecConfig(method="ngram", k=4)
+    plain, headed = GoodputPolicy(CHEAP), GoodputPolicy(linear_cost(head=(0.004, 0.001)))
+    for policy in (plain, headed):  # the engine runs lookups; every other one proposes 4 tokens, the rest nothing
+        for step in range(1, 41):
+            policy.decide(context(batch_size=batch, output_len=step))
+            policy.overridden("r0", config)
+            policy.observe(step_stats(config, 1, step=step, batch_size=batch, proposed=4 * (step % 2)))
+    fill = headed._workloads["w"].table.fill
+    assert 0.2 < fill < 0.8
+    # the verify is padded to the widest row, but the head runs over the nodes the lookups proposed
+    alpha = headed.acceptance("w", "ngram")
+    emitted = 1 + sum(math.prod(alpha[:d]) for d in range(1, 5))
+    seconds = [emitted / policy.expected_tokens_per_s("w", config, batch, 128) for policy in (plain, headed)]
+    proposed = round(batch * 4 * fill * 4) / 4  # priced in quarter tokens
+    assert seconds[1] - seconds[0] == pytest.approx(0.004 + 0.001 * (batch + proposed))

@@ -32,6 +32,8 @@ def test_calibrated_cost_model_is_valid_and_prices_replay(models, tmp_path):
     assert cost.engine.device.startswith("cpu:")
     assert cost.target.batch_sizes == (1, 2) and cost.target.tokens == (1, 2) and cost.target.context_lens == (16, 32)
     assert cost.draft is not None and cost.draft.tokens == (1,)
+    assert cost.target_head.tokens == (1, 2) and cost.draft_head.tokens == (1, 2)
+    assert cost.target_head(1, 2, 0) > 0 and cost.target_head.batch_sizes == (1,)
     assert cost.ngram_s > 0
     assert len(cost.step_overhead_s) == 2 and all(s >= 0 for s in cost.step_overhead_s)
     again = CostModel.from_json(cost.to_json())
@@ -98,4 +100,6 @@ def test_retime_measures_the_grids_again_at_one_batch_size(models):
     assert now.target.batch_sizes == (2,) and now.target.tokens == cost.target.tokens
     assert now.target.context_lens == cost.target.context_lens and now.draft.tokens == cost.draft.tokens
     assert now.target(2, 1, 16) < stale.target(2, 1, 16) / 100  # measured again, not copied
-    assert now.verify_s(2, 4, 24) == now.target(2, 2, 24) and now.overhead_s(2) == cost.overhead_s(2)
+    assert now.verify_s(2, 4, 24, 3) == now.target(2, 2, 24) + now.target_head(1, 3, 0)
+    assert now.overhead_s(2) == cost.overhead_s(2)
+    assert now.target_head.tokens == cost.target_head.tokens and now.target_head != cost.target_head

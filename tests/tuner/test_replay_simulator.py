@@ -115,6 +115,17 @@ def test_mixed_methods_share_the_step():
     assert d.draft_s == n.draft_s and d.verify_s == n.verify_s
 
 
+def test_the_verify_head_runs_over_the_real_nodes_only():
+    traces = [make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS, request_id="d"),
+              make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS, request_id="o")]
+    configs = {"d": SpecConfig(method="draft", k=3), "o": OFF}
+    plain, policy = Recorder(lambda ctx: configs[ctx.request_id]), Recorder(lambda ctx: configs[ctx.request_id])
+    replay_cell(traces, plain, COST, 2, "mixed")
+    replay_cell(traces, policy, linear_cost(head=(0.004, 0.0001)), 2, "mixed")
+    # the off row is padded to the draft row's 4 tokens, but only 4 + 1 nodes get logits
+    assert policy.stats[0].verify_s == pytest.approx(plain.stats[0].verify_s + 0.004 + 0.0001 * 5)
+
+
 def test_max_batch_size_applies_as_in_the_engine():
     traces = [make_trace(range(10, 10 + n), prompt=PROMPT, ranks=RANKS[:n], request_id=str(n)) for n in (2, 10, 10)]
     policy = Recorder(lambda ctx: SpecConfig(method="draft", k=3, max_batch_size=2))

@@ -14,8 +14,9 @@ starts empty and is filled by a request's first draft pass, as in the engine). E
    (the draft model's forward runs over all B rows, padded, and its first forward feeds each drafting row the tokens
    its cache has not seen: 1 after a draft step, more after steps with another method, and a row missing more than
    ``engine.drafters.catch_up.ALONE_AFTER`` is first fed alone; n-gram lookups are priced per request that ran
-   one), plus ``cost.verify_s(B, B * max(1 + nodes_i), max context)`` (the batch is padded to its widest row and
-   attends over the longest cache), plus the engine's per-step overhead ``cost.overhead_s(B)``;
+   one), plus ``cost.verify_s(B, B * max(1 + nodes_i), max context, sum(1 + nodes_i))`` (the batch is padded to its
+   widest row and attends over the longest cache; the LM head runs over the real nodes only), plus the engine's
+   per-step overhead ``cost.overhead_s(B)``;
 4. ``policy.observe(StepStats(...))`` per request, in the same order, with the step's shared times, the simulated
    clock as timestamp and ``finished`` on the request's last step.
 """
@@ -153,7 +154,7 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
         outcomes = [r.trace.step(r.p, config) for r, config in zip(running, configs)]
         draft_s = _draft_seconds(cost, batch, longest, running, configs, outcomes)
         batch_verify = sum(1 + out.nodes for out in outcomes)
-        verify_s = cost.verify_s(batch, batch * max(1 + out.nodes for out in outcomes), longest)
+        verify_s = cost.verify_s(batch, batch * max(1 + out.nodes for out in outcomes), longest, batch_verify)
         clock += draft_s + verify_s + cost.overhead_s(batch)
         keep = []
         for r, context, config, out in zip(running, contexts, configs, outcomes):
