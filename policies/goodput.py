@@ -110,10 +110,10 @@ class GoodputOptions(PolicyOptions):
     methods: MethodList = ("draft", "ngram")
     ks: IntList = (1, 2, 3, 4, 6, 8, 12, 16)
     trees: TreeList = (CHAIN,)  # shapes tried with the draft model; n-gram candidates are chains
-    # a lookup needs a match of 2 tokens or more: 1-token matches propose mostly misses, and at batch 8-16 each
-    # one widens the whole batch's verify (1 -> 2 raised the lowest cell against off from 0.970 to 0.984,
-    # benchmarks/goodput_ablation.py)
-    min_n: int = 2
+    # a 1-token match is enough: with the LM head priced over the nodes proposed, not the padded width, a lookup
+    # that comes up short costs a batch little (2 -> 1: 20 -> 23 of 25 cells at >= 0.97x oracle and lowest against
+    # off 0.977 -> 0.986, held out 22 and 0.981 both ways, benchmarks/goodput_ablation.py)
+    min_n: int = 1
     max_n: int = 8
     prior: float = Field(default=0.6, ge=0.0, le=1.0)  # conditional acceptance assumed before any observation
     decay: float = Field(default=0.0125, gt=0.0, le=1.0)  # weight of a new observation once warmed up
