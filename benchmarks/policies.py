@@ -216,8 +216,8 @@ def decode_seconds(engine, requests) -> tuple[dict, float]:
 
 def live_check(groups: dict, cost, models: Models) -> list[dict]:
     """Each cell's replay prediction against a live run. The host's speed drifts between calibration and the live
-    run, so the forwards are also timed again right before and after each live run, at its batch size
-    (``tuner.calibrate.retime``), and the same replay (the policy still built on the calibrated model, so it decides
+    run, so the forwards are also timed again right before and after each live run, at the batch sizes up to its
+    own (``tuner.calibrate.retime``), and the same replay (the policy still built on the calibrated model, so it decides
     the same) is priced with each; "predicted now" is the mean of the two."""
     from engine.engine import Request, SpecEngine
     from engine.sampling import SamplingParams
@@ -323,9 +323,9 @@ def markdown(rows: list[dict], held_out: list[dict], best_label: str, held_out_b
         within = sum(abs(r["live_over_predicted_now"] - 1) <= 0.10 for r in live)
         lines += ["", "## Replay vs live engine", "",
                   "Predicted: the replay priced by the calibrated cost model. Predicted now: the same replay priced "
-                  "by the cost model's forwards timed again right before and right after the live run at its batch "
-                  "size (mean of the two), since the shared host's speed drifts by 10-30% between calibration and "
-                  f"the live run. Within 10% of live: {within}/{len(live)} cells predicted now; "
+                  "by the cost model's forwards timed again right before and right after the live run at the batch "
+                  "sizes up to its own (mean of the two), since the shared host's speed drifts by 10-30% between "
+                  f"calibration and the live run. Within 10% of live: {within}/{len(live)} cells predicted now; "
                   f"{sum(abs(r['live_over_predicted'] - 1) <= 0.10 for r in live)}/{len(live)} predicted at "
                   "calibration.", "",
                   "| workload | B | config | predicted tok/s | predicted now | live tok/s | live / predicted | "
@@ -373,15 +373,22 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--orders", type=int, default=4, help="request orders each cell is replayed in")
     parser.add_argument("--skip-live", action="store_true")
+    parser.add_argument("--live-only", action="store_true",
+                        help="run the live check again against the saved tables (results/policies.json)")
     args = parser.parse_args()
     if args.orders < 1:
         parser.error("--orders: must be at least 1")
+    if args.live_only and args.skip_live:
+        parser.error("--live-only and --skip-live: choose one")
 
     import torch
 
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
     models = Models()
+    if args.live_only:
+        rerun_live(models)
+        return
     cost = None
     results = {}
     for name, prompts, directory in (("main", slice(0, args.prompts), TRACES),
@@ -398,12 +405,28 @@ def main() -> None:
             "orders": args.orders,
             "best_global_static": best_label, "held_out_best_global_static": held_out_best,
             "engine": cost.engine.model_dump()}
-    text = markdown(rows, held_out, best_label, held_out_best, live, meta)
+    save(rows, held_out, live, meta)
+    plot(grids, RESULTS / "policies.png")
+
+
+def save(rows: list[dict], held_out: list[dict], live: list[dict], meta: dict) -> None:
+    text = markdown(rows, held_out, meta["best_global_static"], meta["held_out_best_global_static"], live, meta)
     print(text)
     (RESULTS / "policies.md").write_text(text)
     (RESULTS / "policies.json").write_text(json.dumps({"meta": meta, "cells": rows, "held_out_cells": held_out,
                                                        "live": live}, indent=1))
-    plot(grids, RESULTS / "policies.png")
+
+
+def rerun_live(models: Models) -> None:
+    """The live check again, on the saved tables' traces and cost model, the tables left as they are."""
+    path = RESULTS / "policies.json"
+    if not path.exists():
+        raise SystemExit(f"--live-only: {path} does not exist; run the benchmark once without it")
+    saved = json.loads(path.read_text())
+    meta = saved["meta"]
+    groups = {w: traces_for(w, slice(0, meta["prompts"]), meta["new_tokens"], models) for w in WORKLOADS}
+    live = live_check(groups, cost_model(models), models)
+    save(saved["cells"], saved["held_out_cells"], live, meta)
 
 
 if __name__ == "__main__":

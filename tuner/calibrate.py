@@ -184,24 +184,25 @@ def measure_head(loaded: LoadedModel, rows: Sequence[int], grid: Grid) -> Forwar
 
 def retime(cost: CostModel, target: LoadedModel, draft: LoadedModel | None, batch: int,
            grid: Grid = Grid(warmup=1, repeats=3)) -> CostModel:
-    """``cost`` with its target and draft grids measured again now, at one batch size (so constant along the batch
-    axis), at the grids' token counts and context lengths, and its heads at their row counts. A shared CPU's speed
-    drifts by 10-30% within an hour, so checking a replay's prediction against a live run needs the forwards priced
-    as the host runs them around the live run; this is calibration's timing, restricted to the batch size the live
-    run uses."""
-    def at_batch(loaded: LoadedModel, measured: ForwardGrid) -> ForwardGrid:
+    """``cost`` with its target and draft grids measured again now, at the grids' batch sizes up to ``batch`` (a
+    batch shrinks as its requests finish, and a replay at ``batch`` prices those tail steps at their own size), the
+    grids' token counts and context lengths, and its heads at their row counts. A shared CPU's speed drifts by
+    10-30% within an hour, so checking a replay's prediction against a live run needs the forwards priced as the
+    host runs them around the live run; this is calibration's timing, restricted to what that live run can use."""
+    def up_to_batch(loaded: LoadedModel, measured: ForwardGrid) -> ForwardGrid:
+        sizes = [int(b) for b in measured.batch_sizes if b <= batch] or [batch]
         contexts = [int(c) for c in measured.context_lens]
-        return measure_grid(loaded, [batch], [int(t) for t in measured.tokens], contexts, grid, lambda: None)
+        return measure_grid(loaded, sizes, [int(t) for t in measured.tokens], contexts, grid, lambda: None)
 
     with torch.no_grad():
-        target_grid = at_batch(target, cost.target)
-        draft_grid = at_batch(draft, cost.draft) if draft is not None and cost.draft is not None else cost.draft
+        target_grid = up_to_batch(target, cost.target)
+        draft_grid = up_to_batch(draft, cost.draft) if draft is not None and cost.draft is not None else cost.draft
         heads = {}
         for name, loaded in (("target_head", target), ("draft_head", draft)):
             measured = getattr(cost, name)
             if loaded is not None and measured is not None:
                 heads[name] = measure_head(loaded, [int(r) for r in measured.tokens], grid)
-    overhead = (cost.overhead_s(batch),) if cost.step_overhead_s else ()
+    overhead = tuple(cost.overhead_s(int(b)) for b in target_grid.batch_sizes) if cost.step_overhead_s else ()
     return cost.model_copy(update={"target": target_grid, "draft": draft_grid, "step_overhead_s": overhead, **heads})
 
 

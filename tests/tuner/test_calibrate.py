@@ -91,15 +91,19 @@ def test_calibrate_cli_errors(tiny_dir, tmp_path, args, message):
     assert last.startswith("error: ") and message in last
 
 
-def test_retime_measures_the_grids_again_at_one_batch_size(models):
+def test_retime_measures_the_grids_again_up_to_the_live_batch_size(models):
     target, draft = models
     cost = calibrate(target, draft, QUICK)
     seconds = tuple(tuple(tuple(s * 1000 for s in col) for col in row) for row in cost.target.seconds)
     stale = cost.model_copy(update={"target": cost.target.model_copy(update={"seconds": seconds})})
     now = retime(stale, target, draft, 2, QUICK)
-    assert now.target.batch_sizes == (2,) and now.target.tokens == cost.target.tokens
+    # a batch of 2 shrinks to 1 as its requests finish, so both sizes are timed again
+    assert now.target.batch_sizes == (1, 2) and now.draft.batch_sizes == (1, 2)
+    assert now.target.tokens == cost.target.tokens
     assert now.target.context_lens == cost.target.context_lens and now.draft.tokens == cost.draft.tokens
-    assert now.target(2, 1, 16) < stale.target(2, 1, 16) / 100  # measured again, not copied
+    assert now.target(1, 1, 16) < stale.target(1, 1, 16) / 100  # measured again, not copied
+    assert now.target(2, 1, 16) < stale.target(2, 1, 16) / 100
     assert now.verify_s(2, 4, 24, 3) == now.target(2, 2, 24) + now.target_head(1, 3, 0)
-    assert now.overhead_s(2) == cost.overhead_s(2)
+    assert now.step_overhead_s == (cost.overhead_s(1), cost.overhead_s(2))
     assert now.target_head.tokens == cost.target_head.tokens and now.target_head != cost.target_head
+    assert retime(stale, target, draft, 1, QUICK).target.batch_sizes == (1,)
