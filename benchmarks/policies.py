@@ -302,8 +302,8 @@ def cell_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def markdown(rows: list[dict], held_out: list[dict], best_label: str, held_out_best: str, live: list[dict],
-             meta: dict) -> str:
+def markdown(rows: list[dict], held_out: list[dict], live: list[dict], meta: dict) -> str:
+    best_label, held_out_best = meta["best_global_static"], meta["held_out_best_global_static"]
     lines = [f"# Policies on recorded traces ({TARGET} + {DRAFT}, {DTYPE})", "",
              f"{meta['prompts']} recorded prompts per workload, {meta['new_tokens']} new tokens max; a cell at batch "
              f"size B replays max(recorded, 2B) requests (recorded ones repeated). Decode tokens/s relative to off "
@@ -410,7 +410,7 @@ def main() -> None:
 
 
 def save(rows: list[dict], held_out: list[dict], live: list[dict], meta: dict) -> None:
-    text = markdown(rows, held_out, meta["best_global_static"], meta["held_out_best_global_static"], live, meta)
+    text = markdown(rows, held_out, live, meta)
     print(text)
     (RESULTS / "policies.md").write_text(text)
     (RESULTS / "policies.json").write_text(json.dumps({"meta": meta, "cells": rows, "held_out_cells": held_out,
