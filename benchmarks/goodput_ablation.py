@@ -91,9 +91,9 @@ def main() -> None:
                   for w in bench.WORKLOADS}
         by_split[name] = [{k: prepare(v) for k, v in bench.cells_for(bench.rotated(groups, o)).items()}
                           for o in range(args.orders)]
-    for (name, _, key, _), other in zip(splits, reversed(splits), strict=True):
+    for name, _, key, _ in splits:
         by_order = by_split[name]
-        warm_by_order = by_split[other[0]] if args.warm else [None] * args.orders
+        warm_by_order = by_split["held-out" if name == "main" else "main"] if args.warm else [None] * args.orders
         label = f"{name} warm" if args.warm else name
         for spec in args.specs:
             ratios, misses, lowest, mixed = [], [], float("inf"), []
