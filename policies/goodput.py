@@ -6,8 +6,13 @@ emits 1 + E[a] tokens per step, so with the measured cost model
     tokens/s = (1 + E[a]) / (draft_s(B, k, ctx) + verify_s(B, B * (1 + nodes), ctx, B * (1 + proposed))
                              + overhead_s(B))
 
-assuming, for the batch's choice, that every request runs the same config. The engine pads a step's verify forward to
-its widest row, so ``nodes`` is the widest row's: k for a draft model, and for a lookup k times the chance that at
+assuming, for the batch's choice, that every request runs the same config. A draft-model pass whose requests all
+drafted last step feeds one token per row first, but a request that accepted its whole chain has two to feed (its
+deepest draft token, which the draft model proposed but never read, and the target's bonus token), so ``draft_s`` is
+priced between the two at the chance that some row of the batch accepted in full, E[a](k) - E[a](k-1) per row. (Priced
+at one token and without fills, ``expected_tokens_per_s`` put draft k=2 at math B=4 at 1.10x off where the replay runs
+it at 0.95x; now 0.97x: ``benchmarks/goodput_ablation.py --pricing``.) The engine pads a step's verify forward to its
+widest row, so ``nodes`` is the widest row's: k for a draft model, and for a lookup k times the chance that at
 least one of the B lookups proposes in full; its LM head runs over the nodes proposed, k for a draft model and for a
 lookup k times the share it proposes. Off scores
 1 / (verify_s(B, B, ctx) + overhead_s(B)) and speculation must beat it by ``margin``, so acceptance near 0 or a steep
@@ -159,6 +164,12 @@ def _widest(fill: float, batch: int) -> float:
     probability ``fill``: the verify forward is padded to the widest row, so at batch B the width is k unless all B
     lookups came up short."""
     return 1.0 - (1.0 - fill) ** batch
+
+
+def _some_row_in_full(accepted: list[float], k: int, batch: int) -> float:
+    """Chance that at least one of ``batch`` rows accepted all ``k`` draft tokens, from E[a] by depth: a row accepts
+    through depth k with chance E[a](k) - E[a](k - 1)."""
+    return 1.0 - (1.0 - (accepted[k] - accepted[k - 1])) ** batch if k else 0.0
 
 
 def _fill_tokens(tokens: int) -> int:
@@ -417,17 +428,24 @@ class GoodputPolicy(Policy):
         return config
 
     def expected_tokens_per_s(self, workload: str, config: SpecConfig, batch_size: int, context_len: int) -> float:
-        """The score ``choose`` ranks configs by (tokens per second of one request at this batch size)."""
-        table = self._workload(workload).table
+        """Tokens per second of one request when every request of the batch runs ``config``, priced as the batch's
+        choice is, from the workload-wide estimates (the draft model's cache fills spread over the expected output)."""
+        work = self._workload(workload)
+        table = work.table
         bucket = max(context_len, 0) // CONTEXT_BUCKET
         if not config.speculative:
             return 1.0 / self._verify(batch_size, bucket, 0.0, 0.0)
-        accepted = table.accepted_by_depth(config.method, config.tree, config.k)[config.k]
-        nodes = config.tree.max_nodes(config.k)
+        by_depth = table.accepted_by_depth(config.method, config.tree, config.k)
+        accepted, nodes = by_depth[config.k], config.tree.max_nodes(config.k)
         fill = table.fill if config.method == "ngram" else 1.0
-        seconds = self.cost.draft_s(batch_size, config.k, (bucket + 0.5) * CONTEXT_BUCKET, config.method,
-                                    config.tree) \
+        context = (bucket + 0.5) * CONTEXT_BUCKET
+        seconds = self.cost.draft_s(batch_size, config.k, context, config.method, config.tree) \
             + self._verify(batch_size, bucket, nodes * _widest(fill, batch_size), batch_size * nodes * fill)
+        if config.method == "draft":
+            seconds += _some_row_in_full(by_depth, config.k, batch_size) * (
+                self.cost.draft_s(batch_size, config.k, context, "draft", config.tree, catch_up=2)
+                - self.cost.draft_s(batch_size, config.k, context, "draft", config.tree)) \
+                + batch_size * (1.0 + accepted) * self._fill_per_token(work, batch_size, bucket)
         return (1.0 + accepted) / seconds
 
     def _epoch(self, observations: int) -> int:
@@ -444,7 +462,7 @@ class GoodputPolicy(Policy):
             cached = work.acceptance[index] = (epoch, self._batch_acceptance(work, group))
         accepted, fill, reach = cached[1]
         widest = _widest(fill, batch)
-        drafting = self._draft(batch, bucket, index)
+        drafting = self._drafting(batch, bucket, index, accepted)
         per_token = self._fill_per_token(work, batch, bucket) if group.method == "draft" else 0.0
         # only a group short of WARM_STEPS runs needs its optimistic score (``_evaluate``)
         doubt = 1.0 / (work.runs[index] + 1) if work.runs[index] < WARM_STEPS else 0.0
@@ -634,13 +652,23 @@ class GoodputPolicy(Policy):
         tokens = (batch - 1) * best_tokens + 1.0 + probe.accepted
         return max(0.0, seconds / best.seconds - tokens / (batch * best_tokens))
 
-    def _draft(self, batch: int, bucket: int, index: int) -> list[float]:
-        key = (batch, bucket, index)
+    def _drafting(self, batch: int, bucket: int, index: int, accepted: list[float]) -> list[float]:
+        """Seconds of the batch's draft pass by depth (up to the depths ``accepted`` prices) when every request runs
+        the group's config of that depth: for the draft model, its first forward feeds two tokens per row whenever
+        some row accepted its whole chain last step, one otherwise."""
+        once = self._draft(batch, bucket, index)
+        if self.groups[index].method != "draft":
+            return once
+        twice = self._draft(batch, bucket, index, catch_up=2)
+        return [once[k] + _some_row_in_full(accepted, k, batch) * (twice[k] - once[k]) for k in range(len(accepted))]
+
+    def _draft(self, batch: int, bucket: int, index: int, catch_up: int = 1) -> list[float]:
+        key = (batch, bucket, index, catch_up)
         value = self._draft_cost.get(key)
         if value is None:
             group = self.groups[index]
             value = self.cost.draft_s_by_depth(batch, group.max_k, (bucket + 0.5) * CONTEXT_BUCKET, group.method,
-                                               group.tree)
+                                               group.tree, catch_up)
             self._draft_cost[key] = value
         return value
 

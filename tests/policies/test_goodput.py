@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -9,7 +10,9 @@ from engine.policy import DecisionContext
 from engine.stats import StepStats
 from policies.cost_model import uniform_grid
 from policies.goodput import GoodputOptions, GoodputPolicy
-from tests.policies.synthetic import BATCHES, CONTEXTS, TOKENS, context, linear_cost, step_stats
+from policies.static import StaticPolicy
+from tests.policies.synthetic import BATCHES, CONTEXTS, TOKENS, context, linear_cost, make_trace, step_stats
+from tuner.replay import replay_cell
 
 CHEAP = linear_cost()  # a 16-token verify costs ~1.4x a 1-token one
 # verifying t tokens costs more than t one-token steps: no acceptance can pay for it
@@ -486,3 +489,32 @@ def test_a_lookup_that_comes_up_short_pays_the_head_only_over_what_it_proposes()
     seconds = [emitted / policy.expected_tokens_per_s("w", config, batch, 128) for policy in (plain, headed)]
     proposed = round(batch * 4 * fill * 4) / 4  # priced in quarter tokens
     assert seconds[1] - seconds[0] == pytest.approx(0.004 + 0.001 * (batch + proposed))
+
+
+def test_a_draft_chain_is_priced_as_the_replay_runs_it_with_two_tokens_fed_after_a_chain_accepted_in_full():
+    # feeding a draft forward is dear here, so the pass after a chain accepted in full, which feeds the deepest draft
+    # token (proposed but never read by the draft model) and the bonus token, costs far more than the usual one
+    cost = linear_cost(draft_per_token=0.004)
+    misses = random.Random(0)  # the draft misses one token in five, independently in each request
+    traces = [make_trace(range(1000 * i, 1000 * i + 160), prompt=tuple(range(100, 164)),
+                         ranks=[int(misses.random() < 0.2) for _ in range(160)], request_id=f"r{i}")
+              for i in range(8)]
+    batch, config = 2, SpecConfig(method="draft", k=2)
+    policy, contexts = GoodputPolicy(cost), []
+
+    class Observing:
+        def decide(self, ctx: DecisionContext) -> SpecConfig:
+            policy.decide(ctx)
+            policy.overridden(ctx.request_id, config)
+            contexts.append(ctx.step_context_len)
+            return config
+
+        def observe(self, stats: StepStats) -> None:
+            policy.observe(stats)
+
+    replayed = replay_cell(traces, Observing(), cost, batch, "static").tokens_per_s \
+        / replay_cell(traces, StaticPolicy(SpecConfig()), cost, batch, "static").tokens_per_s
+    context = round(sum(contexts) / len(contexts))
+    priced = policy.expected_tokens_per_s("w", config, batch, context) \
+        / policy.expected_tokens_per_s("w", SpecConfig(), batch, context)
+    assert priced == pytest.approx(replayed, rel=0.03)
