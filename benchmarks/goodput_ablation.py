@@ -10,6 +10,14 @@ restarted counter would make every group's probe overdue at once (a scratch warm
 at 0.85x off).
 
     .venv/bin/python benchmarks/goodput_ablation.py goodput goodput:prior=0.7 [--orders 4] [--warm]
+
+With ``--pricing`` it checks instead how each goodput SPEC prices what it would choose between: per workload and batch
+size of the main traces, each of a few static configs is replayed on a long cell (``--rounds`` times the batch size in
+requests, so that the drain at its end, where speculating requests finish unevenly and off's finish together, weighs
+little) while the policy observes every step as if it had decided it; then its ``expected_tokens_per_s`` for that
+config against off's is set beside the replay's ratio.
+
+    .venv/bin/python benchmarks/goodput_ablation.py --pricing goodput [--rounds 8]
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -25,6 +34,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)  # benchmarks/policies.py would shadow the ``policies`` package
 
 from policies.registry import build_policy  # noqa: E402
+from tuner.controller.estimate import build_estimator  # noqa: E402
 from tuner.replay import prepare, replay_cell  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -64,6 +74,49 @@ def run(spec: str, cost, cell: tuple[str, int], cells: dict, warm_cells: dict | 
     return replay_cell(cells[cell], policy, cost, cell[1], spec)
 
 
+class Observing:
+    """Runs ``static`` while ``goodput`` observes every step as if it had decided it."""
+
+    def __init__(self, static, goodput) -> None:
+        self.static, self.goodput, self.contexts = static, goodput, []
+
+    def decide(self, ctx):
+        config = self.static.decide(ctx)
+        self.goodput.decide(ctx)
+        self.goodput.overridden(ctx.request_id, config)
+        self.contexts.append(ctx.step_context_len)
+        return config
+
+    def observe(self, stats) -> None:
+        self.goodput.observe(stats)
+
+
+def pricing(spec: str, cost, bench, groups: dict, rounds: int) -> None:
+    """Per (workload, batch size, config): the replay's tokens/s against off's, and the policy's price of the same."""
+    options = build_estimator(spec, cost).options
+    configs = [f"static:method=draft,k={k}" for k in (1, 2, 4)] + \
+        [f"static:method=ngram,k={k},min_n={options.min_n},max_n={options.max_n}" for k in (2, 4)]
+    errors: dict[str, list[float]] = {"draft": [], "ngram": []}
+    for workload in bench.WORKLOADS:
+        for batch in bench.BATCH_SIZES:
+            traces = prepare(bench.repeat(groups[workload], max(len(groups[workload]), rounds * batch)))
+            off = replay_cell(traces, build_policy("static", cost), cost, batch, "static").tokens_per_s
+            line = []
+            for static in configs:
+                run = Observing(build_policy(static, cost), build_estimator(spec, cost))
+                replayed = replay_cell(traces, run, cost, batch, static).tokens_per_s / off
+                config = run.static.config
+                context = round(statistics.mean(run.contexts))
+                priced = run.goodput.expected_tokens_per_s(workload, config, batch, context) \
+                    / run.goodput.expected_tokens_per_s(workload, run.goodput.off, batch, context)
+                errors[config.method].append(priced / replayed - 1.0)
+                line.append(f"{config.method} k={config.k} {replayed:.3f}/{priced:.3f}")
+            print(f"{spec} {workload:<9} B={batch:<2} replayed/priced vs off: {', '.join(line)}", flush=True)
+    for method, errs in errors.items():
+        print(f"{spec}: {method} priced/replayed - 1: median {statistics.median(errs):+.3f}, "
+              f"median |.| {statistics.median(map(abs, errs)):.3f}, range {min(errs):+.3f} to {max(errs):+.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("specs", nargs="+", help="policy SPECs, e.g. goodput goodput:margin=0.05")
@@ -71,18 +124,29 @@ def main() -> None:
     parser.add_argument("--cells", action="store_true", help="also print every cell's ratio to its oracle")
     parser.add_argument("--warm", action="store_true",
                         help="warm each policy on the other prompt split's same cell before the scored replay")
+    parser.add_argument("--pricing", action="store_true",
+                        help="compare each goodput SPEC's price of static configs with their replay instead")
+    parser.add_argument("--rounds", type=int, default=8, help="--pricing: requests per cell, times the batch size")
     args = parser.parse_args()
     if args.orders < 1:
         parser.error("--orders: must be at least 1")
+    if args.rounds < 1:
+        parser.error("--rounds: must be at least 1")
     bench = _policies_benchmark()
     table = json.loads((bench.RESULTS / "policies.json").read_text())
     prompts = table["meta"]["prompts"]
     cost = bench.cost_model(bench.Models())
     for spec in args.specs:
         try:
-            build_policy(spec, cost)
+            build_estimator(spec, cost) if args.pricing else build_policy(spec, cost)
         except ValueError as exc:
             parser.error(str(exc))
+    if args.pricing:
+        groups = {w: bench.traces_for(w, slice(0, prompts), table["meta"]["new_tokens"], bench.Models(), bench.TRACES)
+                  for w in bench.WORKLOADS}
+        for spec in args.specs:
+            pricing(spec, cost, bench, groups, args.rounds)
+        return
     splits = (("main", bench.TRACES, "cells", slice(0, prompts)),
               ("held-out", bench.HELD_OUT, "held_out_cells", slice(prompts, 2 * prompts)))
     by_split = {}
