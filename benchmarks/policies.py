@@ -253,6 +253,26 @@ def live_check(groups: dict, cost, models: Models) -> list[dict]:
     return rows
 
 
+def kept_live(groups: dict, cost) -> list[dict]:
+    """The saved live check, provided the replay still predicts each of its cells exactly as when it ran (same steps
+    and tokens/s): a change to a policy that leaves those cells alone does not need the models to be run again."""
+    from policies.registry import build_policy
+    from tuner.replay import replay_cell
+
+    path = RESULTS / "policies.json"
+    saved = json.loads(path.read_text())["live"] if path.exists() else []
+    if len(saved) != len(LIVE_CELLS):
+        raise SystemExit(f"--keep-live: {path} holds no live check of these {len(LIVE_CELLS)} cells; run it")
+    for (workload, batch, spec), row in zip(LIVE_CELLS, saved, strict=True):
+        predicted = replay_cell(groups[workload], build_policy(spec, cost), cost, batch, spec)
+        if (row["workload"], row["batch_size"]) != (workload, batch) or predicted.steps != row["predicted_steps"] \
+                or not math.isclose(predicted.tokens_per_s, row["predicted_tokens_per_s"], rel_tol=1e-9):
+            raise SystemExit(f"--keep-live: the replay of {workload} B={batch} {spec} now predicts "
+                             f"{predicted.tokens_per_s:.2f} tok/s in {predicted.steps} steps, the saved live check "
+                             f"{row['predicted_tokens_per_s']:.2f} in {row['predicted_steps']}; run the live check")
+    return saved
+
+
 def table(grids: dict, policies: dict, statics: dict, best: int, phased: dict) -> list[dict]:
     rows = []
     for (workload, batch), grid in grids.items():
@@ -373,13 +393,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--orders", type=int, default=4, help="request orders each cell is replayed in")
     parser.add_argument("--skip-live", action="store_true")
+    parser.add_argument("--keep-live", action="store_true",
+                        help="keep the saved live check (results/policies.json) instead of rerunning it; refused "
+                             "where the replay now predicts one of its cells differently")
     parser.add_argument("--live-only", action="store_true",
                         help="run the live check again against the saved tables (results/policies.json)")
     args = parser.parse_args()
     if args.orders < 1:
         parser.error("--orders: must be at least 1")
-    if args.live_only and args.skip_live:
-        parser.error("--live-only and --skip-live: choose one")
+    if args.live_only + args.skip_live + args.keep_live > 1:
+        parser.error("--live-only, --skip-live and --keep-live: choose one")
 
     import torch
 
@@ -400,7 +423,7 @@ def main() -> None:
                          grids[next(iter(grids))][best].config)
     groups, grids, rows, best_label = results["main"]
     _, _, held_out, held_out_best = results["held-out"]
-    live = [] if args.skip_live else live_check(groups, cost, models)
+    live = [] if args.skip_live else kept_live(groups, cost) if args.keep_live else live_check(groups, cost, models)
     meta = {"target": TARGET, "draft": DRAFT, "dtype": DTYPE, "prompts": args.prompts, "new_tokens": args.new_tokens,
             "orders": args.orders,
             "best_global_static": best_label, "held_out_best_global_static": held_out_best,
