@@ -79,6 +79,7 @@ class Observing:
 
     def __init__(self, static, goodput) -> None:
         self.static, self.goodput, self.contexts = static, goodput, []
+        self.reads_suffix_match = goodput.reads_suffix_match  # it sees the suffix matches it would see deciding
 
     def decide(self, ctx):
         config = self.static.decide(ctx)
