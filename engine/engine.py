@@ -200,7 +200,8 @@ class SpecEngine:
             stats = StepStats(self.step_count, r.request.request_id, r.request.workload, batch, contexts[b],
                               cfg.method if len(tree) else "off", tree.depth, len(tree), len(verdict.path),
                               tuple(hits), len(emitted), 1 + len(tree), verify_tokens, t1 - t0, t2 - t1, now,
-                              reason is not None)
+                              reason is not None, len(r.request.prompt_ids), len(r.output) - len(emitted),
+                              r.request.params.max_new_tokens)
             r.summary.observe_step(stats)
             r.last = stats
             self.policy.observe(stats)

@@ -30,6 +30,11 @@ class StepStats:
     verify_s: float  # verify forward time of the whole step (shared by the batch)
     timestamp: float
     finished: bool = False  # the request ended with this step (a stop token or its token limit)
+    # the request's prompt tokens, its output tokens before this step and its token limit, so that an observer that
+    # did not decide the step (the tuner's controller) knows what a policy deciding it knew; 0 / None where unknown
+    prompt_len: int = 0
+    output_len: int = 0
+    max_new_tokens: int | None = None
 
     @property
     def speculated(self) -> bool:

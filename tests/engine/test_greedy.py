@@ -194,6 +194,8 @@ def test_step_statistics_are_consistent(target):
             assert sum(s.accepted_per_position) == s.accepted_tokens
             assert s.emitted_tokens == len(out.new_token_ids)
             assert s.batch_verify_tokens == sum(o.stats.verify_tokens for o in outs)
+            assert (s.prompt_len, s.output_len, s.max_new_tokens) == \
+                (len(PROMPTS[int(out.request_id)]), totals[out.request_id], 12)
             totals[out.request_id] += s.emitted_tokens
             if out.finished:
                 assert out.summary.output_len == totals[out.request_id] == 12

@@ -284,3 +284,19 @@ def test_identification_confidence_drops_between_similar_workloads() -> None:
     clear = identifier.assign({"prompt_len": 4800.0, "output_len": 1000.0, "acceptance": 0.05})
     assert close is not None and close.workload == "a" and 0.4 < close.confidence < 0.7
     assert clear is not None and clear.workload == "far" and clear.confidence > 0.9
+
+
+def test_the_estimator_prices_draft_cache_fills_from_the_prompt_lengths_its_steps_carry():
+    # feeding the draft model is dear here, so filling a 200-token prompt into its cache costs what several steps do
+    cost, draft = linear_cost(draft_per_token=0.004), SpecConfig(method="draft", k=2)
+
+    def draft_score(prompt_len: int) -> float:
+        estimator = Estimator(build_estimator("goodput", cost))
+        for step in range(1, 200):  # requests of 50 fully accepted steps, 3 tokens each
+            output_len = step % 50 * 3
+            estimator.observe(StepStats(step, f"r{step // 50}", "w", 1, prompt_len + output_len, "draft", 2, 2, 2,
+                                        (1, 1), 3, 3, 3, 0.01, 0.03, float(step), step % 50 == 49, prompt_len,
+                                        output_len, 150), draft)
+        return estimator.score("w", draft, 1, 256)
+
+    assert draft_score(200) < 0.95 * draft_score(0)  # a step that does not say its prompt length prices no fill

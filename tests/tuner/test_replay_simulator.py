@@ -93,6 +93,7 @@ def test_step_stats_match_the_engine_fields():
     first = policy.stats[0]
     assert (first.request_id, first.workload, first.batch_size, first.method) == ("x", "code", 1, "draft")
     assert first.accepted_per_position == (1, 1, 0)
+    assert [(s.prompt_len, s.output_len, s.max_new_tokens) for s in policy.stats] == [(70, p, 10) for p in (0, 3, 7, 8)]
     assert (first.draft_tokens, first.verify_tokens, first.batch_verify_tokens, first.emitted_tokens) == (3, 4, 4, 3)
     # the draft cache starts empty: the first pass feeds the whole prompt
     assert first.draft_s == pytest.approx(draft_forward(1, 70, 69) + 2 * draft_forward(1, 1, 69))

@@ -59,8 +59,8 @@ class Estimator:
 
     def observe(self, step: StepStats, applied: SpecConfig) -> None:
         ctx = DecisionContext(request_id=step.request_id, workload=step.workload, batch_size=step.batch_size,
-                              context_len=step.context_len, prompt_len=0, output_len=0, request_step=0,
-                              requested=applied, last=None)
+                              context_len=step.context_len, prompt_len=step.prompt_len, output_len=step.output_len,
+                              request_step=0, requested=applied, last=None, max_new_tokens=step.max_new_tokens)
         self.policy.decide(ctx)
         self.policy.overridden(step.request_id, applied)
         self.policy.observe(step)

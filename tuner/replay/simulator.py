@@ -162,7 +162,8 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
             hits = tuple(1 if d < out.accepted else 0 for d in range(out.depth))
             stats = StepStats(step, trace.request_id, trace.workload, batch, context, out.method, out.depth,
                               out.nodes, out.accepted, hits, out.emitted, 1 + out.nodes, batch_verify, draft_s,
-                              verify_s, clock, r.p + out.emitted >= r.trace.length)
+                              verify_s, clock, r.p + out.emitted >= r.trace.length, r.trace.prompt_len, r.p,
+                              trace.max_new_tokens)
             policy.observe(stats)
             if config.method == "draft" and out.asked:
                 # the draft's cache now holds the tokens so far and the accepted nodes it was fed (all but the deepest)
