@@ -14,8 +14,8 @@ at 0.85x off).
 With ``--pricing`` it checks instead how each goodput SPEC prices what it would choose between: per workload and batch
 size of the main traces, each of a few static configs is replayed on a long cell (``--rounds`` times the batch size in
 requests, so that the drain at its end, where speculating requests finish unevenly and off's finish together, weighs
-little) while the policy observes every step as if it had decided it; then its ``expected_tokens_per_s`` for that
-config against off's is set beside the replay's ratio.
+little) while the controller's estimator (the SPEC's goodput) learns from every step, as from a live engine; then its
+score for that config against off's is set beside the replay's ratio.
 
     .venv/bin/python benchmarks/goodput_ablation.py --pricing goodput [--rounds 8]
 """
@@ -34,7 +34,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)  # benchmarks/policies.py would shadow the ``policies`` package
 
 from policies.registry import build_policy  # noqa: E402
-from tuner.controller.estimate import build_estimator  # noqa: E402
+from tuner.controller.estimate import Estimator, build_estimator  # noqa: E402
 from tuner.replay import prepare, replay_cell  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -74,22 +74,18 @@ def run(spec: str, cost, cell: tuple[str, int], cells: dict, warm_cells: dict | 
     return replay_cell(cells[cell], policy, cost, cell[1], spec)
 
 
-class Observing:
-    """Runs ``static`` while ``goodput`` observes every step as if it had decided it."""
+class Observed:
+    """Runs ``static`` while the controller's ``estimator`` learns from every step, as it does from a live engine."""
 
-    def __init__(self, static, goodput) -> None:
-        self.static, self.goodput, self.contexts = static, goodput, []
-        self.reads_suffix_match = goodput.reads_suffix_match  # it sees the suffix matches it would see deciding
+    def __init__(self, static, estimator: Estimator) -> None:
+        self.static, self.estimator, self.contexts = static, estimator, []
 
     def decide(self, ctx):
-        config = self.static.decide(ctx)
-        self.goodput.decide(ctx)
-        self.goodput.overridden(ctx.request_id, config)
         self.contexts.append(ctx.step_context_len)
-        return config
+        return self.static.decide(ctx)
 
     def observe(self, stats) -> None:
-        self.goodput.observe(stats)
+        self.estimator.observe(stats, self.static.config)
 
 
 def pricing(spec: str, cost, bench, groups: dict, rounds: int) -> None:
@@ -104,12 +100,12 @@ def pricing(spec: str, cost, bench, groups: dict, rounds: int) -> None:
             off = replay_cell(traces, build_policy("static", cost), cost, batch, "static").tokens_per_s
             line = []
             for static in configs:
-                run = Observing(build_policy(static, cost), build_estimator(spec, cost))
-                replayed = replay_cell(traces, run, cost, batch, static).tokens_per_s / off
-                config = run.static.config
-                context = round(statistics.mean(run.contexts))
-                priced = run.goodput.expected_tokens_per_s(workload, config, batch, context) \
-                    / run.goodput.expected_tokens_per_s(workload, run.goodput.off, batch, context)
+                observed = Observed(build_policy(static, cost), Estimator(build_estimator(spec, cost)))
+                replayed = replay_cell(traces, observed, cost, batch, static).tokens_per_s / off
+                config, estimator = observed.static.config, observed.estimator
+                context = round(statistics.mean(observed.contexts))
+                priced = estimator.score(workload, config, batch, context) \
+                    / estimator.score(workload, estimator.policy.off, batch, context)
                 errors[config.method].append(priced / replayed - 1.0)
                 line.append(f"{config.method} k={config.k} {replayed:.3f}/{priced:.3f}")
             print(f"{spec} {workload:<9} B={batch:<2} replayed/priced vs off: {', '.join(line)}", flush=True)

@@ -439,14 +439,13 @@ class GoodputPolicy(Policy):
         accepted, nodes = by_depth[config.k], config.tree.max_nodes(config.k)
         fill = table.fill if config.method == "ngram" else 1.0
         context = (bucket + 0.5) * CONTEXT_BUCKET
-        seconds = self.cost.draft_s(batch_size, config.k, context, config.method, config.tree) \
-            + self._verify(batch_size, bucket, nodes * _widest(fill, batch_size), batch_size * nodes * fill)
-        if config.method == "draft":
-            seconds += _some_row_in_full(by_depth, config.k, batch_size) * (
-                self.cost.draft_s(batch_size, config.k, context, "draft", config.tree, catch_up=2)
-                - self.cost.draft_s(batch_size, config.k, context, "draft", config.tree)) \
+        draft_s = self.cost.draft_s(batch_size, config.k, context, config.method, config.tree)
+        if config.method == "draft":  # the pass after a chain accepted in full, and the cache fills
+            behind = self.cost.draft_s(batch_size, config.k, context, "draft", config.tree, catch_up=2)
+            draft_s += _some_row_in_full(by_depth, config.k, batch_size) * (behind - draft_s) \
                 + batch_size * (1.0 + accepted) * self._fill_per_token(work, batch_size, bucket)
-        return (1.0 + accepted) / seconds
+        verify_s = self._verify(batch_size, bucket, nodes * _widest(fill, batch_size), batch_size * nodes * fill)
+        return (1.0 + accepted) / (draft_s + verify_s)
 
     def _epoch(self, observations: int) -> int:
         """Which pricing of the estimates is current: one per ``refresh_every`` observations, and before the first
