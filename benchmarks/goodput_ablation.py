@@ -9,7 +9,12 @@ makes, rather than one starting cold on a cell of at most about 400 engine steps
 restarted counter would make every group's probe overdue at once (a scratch warm start that restarted it put prose B=8
 at 0.85x off).
 
-    .venv/bin/python benchmarks/goodput_ablation.py goodput goodput:prior=0.7 [--orders 4] [--warm]
+    .venv/bin/python benchmarks/goodput_ablation.py goodput goodput:prior=0.7 [--orders 4] [--warm | --seeded]
+
+With ``--seeded`` each policy first learns from the other prompt split's requests of the cell's workload, replayed at
+batch 1 under draft k=8 and then n-gram k=8, so that every suffix-match bucket holds both methods' acceptance; then
+it replays the scored cell, steps counted on. It shows what goodput makes when it starts knowing the acceptance
+(the mixed cells are left out: their phases are other workloads).
 
 With ``--pricing`` it checks instead how each goodput SPEC prices what it would choose between: per workload and batch
 size of the main traces, each of a few static configs is replayed on a long cell (``--rounds`` times the batch size in
@@ -65,13 +70,37 @@ class StepsCountedOn:
         self.policy.observe(dataclasses.replace(stats, step=stats.step + self.offset))
 
 
-def run(spec: str, cost, cell: tuple[str, int], cells: dict, warm_cells: dict | None):
-    """One replay of ``cell``, after one of the other split's (``warm_cells``) when given."""
-    policy = build_policy(spec, cost)
+class Seeding:
+    """Runs ``static`` while ``policy`` decides beside it and is told the config that ran (as a wrapper holding a
+    config tells it), so that it learns the static config's acceptance at the suffix matches the engine reports."""
+
+    def __init__(self, static, policy) -> None:
+        self.static, self.policy = static, policy
+        self.reads_suffix_match = True
+
+    def decide(self, ctx):
+        config = self.static.decide(ctx)
+        self.policy.decide(ctx)
+        self.policy.overridden(ctx.request_id, config)
+        return config
+
+    def observe(self, stats) -> None:
+        self.policy.observe(stats)
+
+
+SEEDS = ("static:method=draft,k=8", "static:method=ngram,k=8")
+
+
+def run(spec: str, cost, cell: tuple[str, int], cells: dict, warm_cells: dict | None, seed: list | None = None):
+    """One replay of ``cell``, after one of the other split's (``warm_cells``) or after learning from ``seed``
+    requests at batch 1 under each of ``SEEDS``, when given."""
+    policy, steps = build_policy(spec, cost), 0
     if warm_cells is not None:
-        warm = replay_cell(warm_cells[cell], policy, cost, cell[1], spec)
-        policy = StepsCountedOn(policy, warm.steps)
-    return replay_cell(cells[cell], policy, cost, cell[1], spec)
+        steps = replay_cell(warm_cells[cell], policy, cost, cell[1], spec).steps
+    for static in SEEDS if seed is not None else ():
+        seeding = Seeding(build_policy(static, cost), StepsCountedOn(policy, steps))
+        steps += replay_cell(seed, seeding, cost, 1, static).steps
+    return replay_cell(cells[cell], StepsCountedOn(policy, steps) if steps else policy, cost, cell[1], spec)
 
 
 class Observed:
@@ -121,6 +150,8 @@ def main() -> None:
     parser.add_argument("--cells", action="store_true", help="also print every cell's ratio to its oracle")
     parser.add_argument("--warm", action="store_true",
                         help="warm each policy on the other prompt split's same cell before the scored replay")
+    parser.add_argument("--seeded", action="store_true",
+                        help="seed each policy with both methods' acceptance from the other prompt split first")
     parser.add_argument("--pricing", action="store_true",
                         help="compare each goodput SPEC's price of static configs with their replay instead")
     parser.add_argument("--rounds", type=int, default=8, help="--pricing: requests per cell, times the batch size")
@@ -129,6 +160,8 @@ def main() -> None:
         parser.error("--orders: must be at least 1")
     if args.rounds < 1:
         parser.error("--rounds: must be at least 1")
+    if args.warm + args.seeded + args.pricing > 1:
+        parser.error("--warm, --seeded and --pricing: choose one")
     bench = _policies_benchmark()
     table = json.loads((bench.RESULTS / "policies.json").read_text())
     prompts = table["meta"]["prompts"]
@@ -146,21 +179,27 @@ def main() -> None:
         return
     splits = (("main", bench.TRACES, "cells", slice(0, prompts)),
               ("held-out", bench.HELD_OUT, "held_out_cells", slice(prompts, 2 * prompts)))
-    by_split = {}
+    by_split, seeds = {}, {}
     for name, directory, _, picked in splits:
         groups = {w: bench.traces_for(w, picked, table["meta"]["new_tokens"], bench.Models(), directory)
                   for w in bench.WORKLOADS}
         by_split[name] = [{k: prepare(v) for k, v in bench.cells_for(bench.rotated(groups, o)).items()}
                           for o in range(args.orders)]
+        seeds[name] = {w: prepare(traces) for w, traces in groups.items()}
     for name, _, key, _ in splits:
         by_order = by_split[name]
-        warm_by_order = by_split["held-out" if name == "main" else "main"] if args.warm else [None] * args.orders
-        label = f"{name} warm" if args.warm else name
+        other = "held-out" if name == "main" else "main"
+        warm_by_order = by_split[other] if args.warm else [None] * args.orders
+        label = f"{name} warm" if args.warm else f"{name} seeded" if args.seeded else name
         for spec in args.specs:
             ratios, misses, lowest, mixed = [], [], float("inf"), []
             for row in table[key]:
                 cell = (row["workload"], row["batch_size"])
-                runs = [run(spec, cost, cell, cells, warm) for cells, warm in zip(by_order, warm_by_order, strict=True)]
+                if args.seeded and cell[0] == "mixed":
+                    continue
+                seed = seeds[other][cell[0]] if args.seeded else None
+                runs = [run(spec, cost, cell, cells, warm, seed)
+                        for cells, warm in zip(by_order, warm_by_order, strict=True)]
                 speedup = sum(r.tokens_per_s for r in runs) / len(runs) / row["off_tokens_per_s"]
                 ratio = speedup / row["oracle"]
                 ratios.append(ratio)
@@ -173,8 +212,9 @@ def main() -> None:
                     mixed.append(f"{speedup / row['best_global_static']:.2f}")
             met = sum(r >= TARGET_RATIO for r in ratios)
             print(f"{label:<13} {spec}: >= {TARGET_RATIO}x oracle in {met}/{len(ratios)} cells, mean "
-                  f"{sum(ratios) / len(ratios):.3f}; lowest vs off {lowest:.3f}; mixed vs best global static "
-                  f"{' '.join(mixed)}; misses: {', '.join(misses) or 'none'}")
+                  f"{sum(ratios) / len(ratios):.3f}; lowest vs off {lowest:.3f}; "
+                  + (f"mixed vs best global static {' '.join(mixed)}; " if mixed else "")
+                  + f"misses: {', '.join(misses) or 'none'}")
 
 
 if __name__ == "__main__":
