@@ -335,8 +335,8 @@ def markdown(rows: list[dict], held_out: list[dict], live: list[dict], meta: dic
     if held_out:
         lines += ["", "## Held-out prompts", "",
                   f"The next {meta['prompts']} prompts of each set, recorded the same way (`traces/held-out/`); "
-                  f"some of goodput's defaults (`min_n`, `decay`) were chosen looking at both tables (README), so this "
-                  f"table no longer tests them blind. Best global static here: "
+                  f"some of goodput's defaults (`min_n`, `decay`) were chosen looking at both tables "
+                  f"(`goodput_log.md`), so this table no longer tests them blind. Best global static here: "
                   f"`{held_out_best}`.", ""]
         lines += cell_table(held_out)
     if live:
