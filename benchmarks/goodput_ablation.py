@@ -4,16 +4,15 @@ scores it against that table's oracle, off and best global static. For trying a 
 ``benchmarks/policies.py`` run (which re-derives the oracle and checks replay against the live engine).
 
 With ``--warm`` each policy first replays the same cell of the other prompt split (same batch size and request
-order), then the scored cell with its engine steps counted on: what a policy that has served the workload for a while
-makes, rather than one starting cold on a cell of at most about 400 engine steps. The steps are counted on because a
-restarted counter would make every group's probe overdue at once (a scratch warm start that restarted it put prose B=8
-at 0.85x off).
+order), then the scored cell: what a policy that has served the workload for a while makes, rather than one starting
+cold on a cell of at most about 400 engine steps. (Each replay counts its steps from 1, as a new engine would; goodput
+counts them on from the last.)
 
     .venv/bin/python benchmarks/goodput_ablation.py goodput goodput:prior=0.7 [--orders 4] [--warm | --seeded]
 
 With ``--seeded`` each policy first learns from the other prompt split's requests of the cell's workload, replayed at
 batch 1 under draft k=8 and then n-gram k=8, so that every suffix-match bucket holds both methods' acceptance; then
-it replays the scored cell, steps counted on. It shows what goodput makes when it starts knowing the acceptance
+it replays the scored cell. It shows what goodput makes when it starts knowing the acceptance
 (the mixed cells are left out: their phases are other workloads).
 
 With ``--pricing`` it checks instead how each goodput SPEC prices what it would choose between: per workload and batch
@@ -28,7 +27,6 @@ score for that config against off's is set beside the replay's ratio.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import statistics
@@ -52,22 +50,6 @@ def _policies_benchmark():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-class StepsCountedOn:
-    """``policy`` seeing engine steps counted on from ``offset``: a second replay continues the first's steps."""
-
-    def __init__(self, policy, offset: int) -> None:
-        self.policy, self.offset = policy, offset
-
-    def __getattr__(self, name: str):
-        return getattr(self.policy, name)
-
-    def decide(self, ctx):
-        return self.policy.decide(ctx)
-
-    def observe(self, stats) -> None:
-        self.policy.observe(dataclasses.replace(stats, step=stats.step + self.offset))
 
 
 class Seeding:
@@ -94,13 +76,12 @@ SEEDS = ("static:method=draft,k=8", "static:method=ngram,k=8")
 def run(spec: str, cost, cell: tuple[str, int], cells: dict, warm_cells: dict | None, seed: list | None = None):
     """One replay of ``cell``, after one of the other split's (``warm_cells``) or after learning from ``seed``
     requests at batch 1 under each of ``SEEDS``, when given."""
-    policy, steps = build_policy(spec, cost), 0
+    policy = build_policy(spec, cost)
     if warm_cells is not None:
-        steps = replay_cell(warm_cells[cell], policy, cost, cell[1], spec).steps
+        replay_cell(warm_cells[cell], policy, cost, cell[1], spec)
     for static in SEEDS if seed is not None else ():
-        seeding = Seeding(build_policy(static, cost), StepsCountedOn(policy, steps))
-        steps += replay_cell(seed, seeding, cost, 1, static).steps
-    return replay_cell(cells[cell], StepsCountedOn(policy, steps) if steps else policy, cost, cell[1], spec)
+        replay_cell(seed, Seeding(build_policy(static, cost), policy), cost, 1, static)
+    return replay_cell(cells[cell], policy, cost, cell[1], spec)
 
 
 class Observed:

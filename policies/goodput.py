@@ -320,6 +320,9 @@ class GoodputPolicy(Policy):
         self._step_width = 0  # verify nodes per row
         self._step_draft = 0  # draft-model depth
         self._step_observed = True
+        # engine steps counted on across engines: see ``_counted_on``
+        self._engine_step = 0
+        self._step_offset = 0
 
     @classmethod
     def from_options(cls, options: GoodputOptions, cost_model: CostModel) -> GoodputPolicy:
@@ -701,7 +704,8 @@ class GoodputPolicy(Policy):
                      pending.output_len + min(stats.accepted_tokens, max(stats.k - 1, 0)))
         work = self._workload(stats.workload)
         work.observations += 1
-        work.step = max(work.step, stats.step)
+        step = self._counted_on(stats.step)
+        work.step = max(work.step, step)
         work.finished += stats.finished
         if match is not None:
             # The text's shares are a property of the workload: remembered over about 1 / decay engine steps at any
@@ -714,7 +718,7 @@ class GoodputPolicy(Policy):
         tables = [work.table] if match is None else [work.table, self._matched(work, match)]
         ran = self._fold(tables, stats, decided)
         if ran is not None:
-            self._ran(work, *ran, stats.step)
+            self._ran(work, *ran, step)
         last = len(self.groups) - 1
         for index, cached in enumerate(work.acceptance):
             # group i for the epoch that starts ``last - i`` observations from now: one group per observation
@@ -722,6 +726,16 @@ class GoodputPolicy(Policy):
             if cached is None or cached[0] != epoch:
                 work.acceptance[index] = (epoch, self._batch_acceptance(work, self.groups[index]))
                 break
+
+    def _counted_on(self, step: int) -> int:
+        """``step`` counted on from the last engine's: an engine counts its steps from 1, so a step below the last one
+        seen is a new engine's (this policy reused by another engine or replay). Without the offset, the steps of the
+        groups' last runs would lie ahead of every step the new engine reports, and no probe would fall due until it
+        had run as many steps as the last one."""
+        if step < self._engine_step:
+            self._step_offset += self._engine_step
+        self._engine_step = step
+        return step + self._step_offset
 
     def _fold(self, tables: list[AcceptanceTable], stats: StepStats,
               decided: SpecConfig | None) -> tuple[str, TreeShape] | None:

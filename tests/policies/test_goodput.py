@@ -84,6 +84,19 @@ def test_probes_while_off_and_turns_back_on():
     assert all(d.speculative for d in on_phase[-100:])
 
 
+def test_a_policy_reused_by_a_new_engine_counts_its_steps_on():
+    # Each new engine counts its steps from 1 again; its probes fall due as if the first engine's steps went on. Read
+    # as they come, the steps of the groups' last runs would lie ahead of the new ones, and no probe would fall due
+    # until a new engine had run as many steps as the last: the policy would not see speculation pay again.
+    policy = GoodputPolicy(CHEAP)
+    run(policy, 300, accept=lambda c: 0)
+    again = run(policy, 300, accept=lambda c: 0, start=1)
+    assert sum(not d.speculative for d in again[-200:]) > 0.75 * 200
+    assert probing_loss(policy, again[-200:]) < 2 * 2 * policy.options.probe_budget
+    on_phase = run(policy, 300, accept=lambda c: c.k, start=1)  # and a third engine still finds it pays again
+    assert all(d.speculative for d in on_phase[-100:])
+
+
 def test_ngram_lookup_that_finds_nothing_is_a_miss():
     policy = GoodputPolicy(CHEAP, GoodputOptions(methods=("ngram",)))
     before = policy.acceptance("w", "ngram")[0]
