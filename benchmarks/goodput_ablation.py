@@ -166,7 +166,8 @@ def main() -> None:
                   for w in bench.WORKLOADS}
         by_split[name] = [{k: prepare(v) for k, v in bench.cells_for(bench.rotated(groups, o)).items()}
                           for o in range(args.orders)]
-        seeds[name] = {w: prepare(traces) for w, traces in groups.items()}
+        if args.seeded:
+            seeds[name] = {w: prepare(traces) for w, traces in groups.items()}
     for name, _, key, _ in splits:
         by_order = by_split[name]
         other = "held-out" if name == "main" else "main"

@@ -704,8 +704,7 @@ class GoodputPolicy(Policy):
                      pending.output_len + min(stats.accepted_tokens, max(stats.k - 1, 0)))
         work = self._workload(stats.workload)
         work.observations += 1
-        step = self._counted_on(stats.step)
-        work.step = max(work.step, step)
+        work.step = step = self._counted_on(stats.step)  # counted on, steps never go back
         work.finished += stats.finished
         if match is not None:
             # The text's shares are a property of the workload: remembered over about 1 / decay engine steps at any
