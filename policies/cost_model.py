@@ -7,15 +7,16 @@ is constant), and the result never drops below the smallest measured time, so a 
 That is all the "fitting" there is: the model goes exactly through every measured point and assumes nothing between
 them beyond linearity, which is what forward times on a fixed kernel set look like once the grid is dense enough.
 
-The LM head is timed apart (``target_head``, ``draft_head``: seconds by rows of hidden states, read the same way):
-the engine computes logits only where it needs them, at every proposed node of a verify but not at the padding of a
-row shorter than the batch's widest, and in a draft pass at the nodes it expands next but not at the tokens a
-catch-up feeds. On Qwen2.5-Coder-1.5B (bf16, benchmarks/results/policies_cost_model.json) the head over one row takes
-10.6 ms beside a 47 ms one-token forward, and 184 ms over 256 rows; the 0.5B draft's, 4.2 and 135 ms. Priced inside
-the forwards, a verify at batch 4 whose lookups mostly came up short was dearer than the live engine ran it (live
-code-edit at n-gram k=8 made 1.11x the replay's tokens/s; 1.02x with the head apart), and a draft model filling a
-300-token prompt came out about half again dearer than it is. A model without them (``target_head`` None: files
-calibrated before heads were timed apart) prices the head inside ``target`` and ``draft``, over every token fed.
+The LM head is timed apart (``target_head``, ``draft_head``: seconds by rows of hidden states, read the same way): the
+engine computes logits only where it needs them, at every proposed node of a verify but not at the padding of a row
+shorter than the batch's widest, and in a draft pass at the nodes it expands next (in the rows that draft, to each
+row's own depth) but not at the tokens a catch-up feeds. On Qwen2.5-Coder-1.5B (bf16,
+benchmarks/results/policies_cost_model.json) the head over one row takes 10.6 ms beside a 47 ms one-token forward, and
+184 ms over 256 rows; the 0.5B draft's, 4.2 and 135 ms. Priced inside the forwards, a verify at batch 4 whose lookups
+mostly came up short was dearer than the live engine ran it (live code-edit at n-gram k=8 made 1.11x the replay's
+tokens/s; 1.02x with the head apart), and a draft model filling a 300-token prompt came out about half again dearer
+than it is. A model without them (``target_head`` None: files calibrated before heads were timed apart) prices the head
+inside ``target`` and ``draft``, over every token fed.
 
 An engine step also costs time outside the forwards (choosing configs, building the tree mask, accepting, emitting,
 statistics): ``step_overhead_s`` holds it per batch size of the target grid, measured on the engine itself, and every
@@ -190,19 +191,23 @@ class CostModel(BaseModel):
         return forward + self.target_head(1, total_tokens if logits is None else logits, 0)
 
     def draft_s(self, batch_size: int, k: int, context_len: float, method: str, tree: TreeShape | None = None,
-                catch_up: int = 1) -> float:
+                catch_up: int = 1, depths: Sequence[int] | None = None) -> float:
         """Seconds to propose depth-``k`` drafts for ``batch_size`` requests with ``method``.
 
-        ``draft``: one draft forward per depth; forward ``d`` feeds each request the nodes of depth ``d - 1``, and the
-        first feeds the tokens the draft's cache has not seen yet, ``catch_up`` at most per request (1, the root, for
-        a request that drafted last step; more after steps with another method), so a chain costs ``k`` one-token
-        forwards when every request drafted last step. ``ngram``: a measured constant per request. ``off``: 0.
+        ``draft``: one draft forward per depth over every row of the batch; forward ``d`` feeds each request the
+        nodes of depth ``d - 1``, and the first feeds the tokens the draft's cache has not seen yet, ``catch_up`` at
+        most per request (1, the root, for a request that drafted last step; more after steps with another method),
+        so a chain costs ``k`` one-token forwards when every request drafted last step. The head of forward ``d``
+        computes logits only for the rows that draft to depth ``d`` or deeper: ``depths`` lists each drafting row's
+        depth (None: every row, to ``k``). ``ngram``: a measured constant per request. ``off``: 0.
         """
-        return self.draft_s_by_depth(batch_size, k, context_len, method, tree, catch_up)[-1] if k > 0 else 0.0
+        return self.draft_s_by_depth(batch_size, k, context_len, method, tree, catch_up, depths)[-1] if k > 0 else 0.0
 
     def draft_s_by_depth(self, batch_size: int, k: int, context_len: float, method: str,
-                         tree: TreeShape | None = None, catch_up: int = 1) -> list[float]:
-        """``draft_s`` for every depth 0..k at once (what a policy comparing depths needs)."""
+                         tree: TreeShape | None = None, catch_up: int = 1,
+                         depths: Sequence[int] | None = None) -> list[float]:
+        """``draft_s`` for every depth 0..k at once (what a policy comparing depths needs): entry ``d`` prices a pass
+        of depth ``d`` in which the rows of ``depths`` draft as deep as it goes or as they ask, whichever is less."""
         if method == "off" or k <= 0 or batch_size <= 0:
             return [0.0] * (max(k, 0) + 1)
         if method == "ngram":
@@ -213,11 +218,13 @@ class CostModel(BaseModel):
             raise ValueError("cost model has no draft-model grid (calibrate with --draft to price method=draft)")
         shape = tree or TreeShape()
         head = self.draft_head
+        depths = (k,) * batch_size if depths is None else depths
         out, total, nodes = [0.0], 0.0, 1  # nodes: the tree's nodes at the depth fed next
         for depth in range(1, k + 1):
             total += self.draft(batch_size, max(catch_up, 1) if depth == 1 else nodes, context_len)
-            if head is not None:
-                total += head(1, batch_size * nodes, 0)
+            rows = sum(1 for d in depths if d >= depth)
+            if head is not None and rows:
+                total += head(1, rows * nodes, 0)
             out.append(total)
             nodes *= shape.branching_at(depth)
         return out

@@ -24,7 +24,8 @@ often than where the last token is new (code-edit traces: 8.9 of 16 tokens again
 acceptance is also kept per suffix-match bucket (``match_buckets``: lengths 0, 1, 2-3, 4-7, 8+ by default), and each
 request then deviates from the batch's choice when that raises the batch's tokens per second: it gains its bucket's
 E[a] and pays only what it adds to the step (a wider verify than the batch's, its lookup, a deeper or extra
-draft-model pass, and the tokens its draft cache lacks after steps without the draft model, which the pass's first
+draft-model pass, whose forwards span the batch but compute logits in its own row alone, and the tokens its draft cache
+lacks after steps without the draft model, which the pass's first
 forward feeds padded across the batch, or a forward of its own when many are missing; the other requests keep
 theirs). Draft probes pay that catch-up too, so they
 wait longer on a request that has not drafted for a while and go to one whose cache is current. A request that never
@@ -313,7 +314,8 @@ class GoodputPolicy(Policy):
         self._pending: dict[str, _Pending] = {}
         self._drafted_to: dict[str, int] = {}  # request -> output position the draft model's cache reaches
         self._catch_up_cost: dict[tuple[int, int, int], float] = {}  # (batch, bucket, catch-up) -> extra seconds
-        self._draft_cost: dict[tuple[int, int, int], list[float]] = {}  # (batch, bucket, group) -> by depth
+        # (batch, bucket, group, catch-up, one row drafting) -> seconds by depth
+        self._draft_cost: dict[tuple[int, int, int, int, bool], list[float]] = {}
         self._verify_cost: dict[tuple[int, int, float, float], float] = {}
         # what the requests decided so far in this step make its forwards span (see ``_ride``); an observation
         # ends the step: the engine decides every request's step, runs it, then observes every request
@@ -574,10 +576,10 @@ class GoodputPolicy(Policy):
                     if k >= reach:
                         break
                 continue
-            drafting = self._draft(batch, bucket, index)
+            others_k = batch_best.config.k if best_method == "draft" and batch > 1 else 0
             for k in group.ks:
-                # a deeper draft-model pass replaces the others' one; with another method it comes on top
-                draft_s = max(others_draft_s, drafting[k]) if best_method == "draft" else others_draft_s + drafting[k]
+                # a deeper draft-model pass extends the others' one; with another method it comes on top
+                draft_s = self._joining_s(batch, bucket, index, k, others_draft_s, others_k)
                 tokens = own_tokens + accepted[k]
                 seconds = draft_s + verify(batch, bucket, max(floor_nodes, group.nodes[k]),
                                            others_nodes + group.nodes[k])
@@ -647,8 +649,13 @@ class GoodputPolicy(Policy):
         seconds less what its tokens take at ``best``'s rate. (The share of that step's throughput lost would
         undercount a probe that makes the step several times longer.)"""
         best_tokens = 1.0 + best.accepted
-        draft_s = max(best.draft_s, probe.draft_s) if probe.config.method == best.config.method else \
-            best.draft_s + probe.draft_s
+        if probe.config.method == "draft":
+            draft_s = self._joining_s(batch, bucket, probe.group, probe.config.k, best.draft_s,
+                                      best.config.k if best.config.method == "draft" else 0)
+        elif probe.config.method == best.config.method:
+            draft_s = max(best.draft_s, probe.draft_s)
+        else:
+            draft_s = best.draft_s + probe.draft_s
         seconds = draft_s + self._verify(batch, bucket, max(best.nodes, probe.nodes),
                                          (batch - 1) * best.proposed + probe.proposed)
         tokens = (batch - 1) * best_tokens + 1.0 + probe.accepted
@@ -664,15 +671,26 @@ class GoodputPolicy(Policy):
         twice = self._draft(batch, bucket, index, catch_up=2)
         return [once[k] + _some_row_in_full(accepted, k, batch) * (twice[k] - once[k]) for k in range(len(accepted))]
 
-    def _draft(self, batch: int, bucket: int, index: int, catch_up: int = 1) -> list[float]:
-        key = (batch, bucket, index, catch_up)
+    def _draft(self, batch: int, bucket: int, index: int, catch_up: int = 1, alone: bool = False) -> list[float]:
+        """Seconds of the group's pass by depth with every row of the batch drafting, or only one (``alone``: the
+        forwards still span the batch, the head runs over that row only)."""
+        key = (batch, bucket, index, catch_up, alone)
         value = self._draft_cost.get(key)
         if value is None:
             group = self.groups[index]
             value = self.cost.draft_s_by_depth(batch, group.max_k, (bucket + 0.5) * CONTEXT_BUCKET, group.method,
-                                               group.tree, catch_up)
+                                               group.tree, catch_up, (group.max_k,) if alone else None)
             self._draft_cost[key] = value
         return value
+
+    def _joining_s(self, batch: int, bucket: int, index: int, k: int, others_s: float, others_k: int) -> float:
+        """Draft seconds of a step in which one request drafts depth ``k`` with the draft-model group ``index`` and
+        the others' drafting takes ``others_s`` (a draft-model pass of depth ``others_k``, or 0 for none): a pass of
+        its own, or the forwards past the others' depth, with its logits alone."""
+        alone = self._draft(batch, bucket, index, alone=True)
+        if not others_k:
+            return others_s + alone[k]
+        return others_s + max(0.0, alone[k] - alone[others_k])
 
     def _verify(self, batch: int, bucket: int, nodes: float, proposed: float) -> float:
         """Seconds of a step's verify forward with ``nodes`` draft nodes per request (the batch padded to its widest

@@ -91,6 +91,22 @@ def test_the_head_is_priced_over_the_rows_that_get_logits():
     assert CostModel.from_json(cost.to_json()) == cost
 
 
+def test_the_draft_head_runs_over_the_drafting_rows_to_their_own_depths():
+    plain, cost = linear_cost(), linear_cost(head=(0.004, 0.0001))
+
+    def head(rows: int) -> float:
+        return (0.004 + 0.0001 * rows) / 2  # the draft's head is half the target's
+
+    forwards = plain.draft_s(4, 3, 300, "draft")
+    # of 4 rows, one drafts 3 deep and one 1 deep (the others are off or look up): the three forwards span all four
+    # rows; the first takes logits in two rows, the next two in the deeper row alone
+    assert cost.draft_s(4, 3, 300, "draft", depths=[3, 1]) == pytest.approx(forwards + head(2) + 2 * head(1))
+    assert cost.draft_s(4, 3, 300, "draft") == pytest.approx(forwards + 3 * head(4))  # every row, to k
+    alone = cost.draft_s_by_depth(4, 3, 300, "draft", depths=(3,))
+    assert alone == pytest.approx([cost.draft_s(4, k, 300, "draft", depths=[k]) for k in range(4)])
+    assert alone[2] == pytest.approx(plain.draft_s(4, 2, 300, "draft") + 2 * head(1))
+
+
 def test_json_round_trip_keeps_the_engine_identity():
     cost = linear_cost(target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", dtype="bfloat16")
     again = CostModel.from_json(cost.to_json())

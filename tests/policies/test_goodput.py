@@ -531,3 +531,26 @@ def test_a_draft_chain_is_priced_as_the_replay_runs_it_with_two_tokens_fed_after
     priced = policy.expected_tokens_per_s("w", config, batch, context) \
         / policy.expected_tokens_per_s("w", SpecConfig(), batch, context)
     assert priced == pytest.approx(replayed, rel=0.03)
+
+
+def test_a_lone_draft_probe_pays_the_draft_head_over_its_own_row_only():
+    # two draft heads that cost the same over one row of logits, and over 16 rows 1x and 11x that: a probe in one
+    # request of 16 takes logits in its own row alone, so both space the probes alike (priced over all 16 rows, the
+    # dear head waited 3.6x longer)
+    base = linear_cost(head=(0.004, 0.0001))
+    gaps = []
+    for per_row in (0.0, 0.004):
+        head = uniform_grid((1,), (1, 1024), (0,), lambda b, rows, c, per_row=per_row: 0.004 + per_row * (rows - 1))
+        policy = GoodputPolicy(base.model_copy(update={"draft_head": head}), GoodputOptions(methods=("draft",)))
+        for step in range(1, 41):  # the draft model, run in one request of 16 (as if the engine held it there)
+            ids = [f"r{b}" for b in range(16)]
+            configs = [policy.decide(context(rid, batch_size=16, output_len=step)) for rid in ids]
+            configs[0] = SpecConfig(method="draft", k=1)
+            policy.overridden(ids[0], configs[0])
+            for rid, config in zip(ids, configs):
+                policy.observe(step_stats(config, 0, step=step, request_id=rid, batch_size=16))
+        choice = [*policy._workloads["w"].choices.values()][-1]  # the latest
+        assert not choice.best.config.speculative
+        gaps.append([gap for _, config, gap, _ in choice.probes if config.method == "draft"])
+    assert gaps[0][0] > 10
+    assert gaps[1] == pytest.approx(gaps[0])

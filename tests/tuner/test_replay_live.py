@@ -143,10 +143,10 @@ class CatchUpLog(CostModel):
     """A cost model that logs, per draft-model pass the replay prices, its first forward's catch-up and the rows
     priced as catching up alone."""
 
-    def draft_s(self, batch_size, k, context_len, method, tree=None, catch_up=1) -> float:
+    def draft_s(self, batch_size, k, context_len, method, tree=None, catch_up=1, depths=None) -> float:
         if method == "draft":
             PRICED.append((catch_up, []))
-        return super().draft_s(batch_size, k, context_len, method, tree, catch_up)
+        return super().draft_s(batch_size, k, context_len, method, tree, catch_up, depths)
 
     def catch_up_alone_s(self, missing, context_len) -> float:
         PRICED[-1][1].append(missing)

@@ -127,6 +127,20 @@ def test_the_verify_head_runs_over_the_real_nodes_only():
     assert policy.stats[0].verify_s == pytest.approx(plain.stats[0].verify_s + 0.004 + 0.0001 * 5)
 
 
+def test_the_draft_head_runs_over_the_drafting_rows_only():
+    traces = [make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS, request_id=r) for r in ("d3", "d1", "o")]
+    configs = {"d3": SpecConfig(method="draft", k=3), "d1": SpecConfig(method="draft", k=1), "o": OFF}
+    plain, policy = Recorder(lambda ctx: configs[ctx.request_id]), Recorder(lambda ctx: configs[ctx.request_id])
+    replay_cell(traces, plain, COST, 3, "mixed")
+    replay_cell(traces, policy, linear_cost(head=(0.004, 0.0001)), 3, "mixed")
+
+    def head(rows: int) -> float:
+        return (0.004 + 0.0001 * rows) / 2  # the draft's head, half the target's here
+
+    # three draft forwards over all three rows; logits in the two drafting rows at depth 1, then in d3's alone
+    assert policy.stats[0].draft_s == pytest.approx(plain.stats[0].draft_s + head(2) + 2 * head(1))
+
+
 def test_max_batch_size_applies_as_in_the_engine():
     traces = [make_trace(range(10, 10 + n), prompt=PROMPT, ranks=RANKS[:n], request_id=str(n)) for n in (2, 10, 10)]
     policy = Recorder(lambda ctx: SpecConfig(method="draft", k=3, max_batch_size=2))

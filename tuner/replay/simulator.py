@@ -96,9 +96,10 @@ def summarize_configs(configs: Counter[str]) -> str:
 
 def _draft_seconds(cost: CostModel, batch: int, context: int, running: list[_Running], configs: list[SpecConfig],
                    outcomes: list[Outcome]) -> float:
-    """Drafting time of one step: the draft model drafts the batch's deepest (and widest) proposal for all rows at
-    once, its first forward feeding each drafting row the tokens its cache has not seen (a row far behind catches up
-    alone first); each n-gram lookup is priced on its own."""
+    """Drafting time of one step: the draft model's forwards run over all rows at once to the batch's deepest (and
+    widest) proposal, computing logits only in the drafting rows to each one's depth, and the first feeds each
+    drafting row the tokens its cache has not seen (a row far behind catches up alone first); each n-gram lookup is
+    priced on its own."""
     total = 0.0
     drafted = [(r, cfg, out) for r, cfg, out in zip(running, configs, outcomes) if cfg.method == "draft" and out.asked]
     if drafted:
@@ -107,7 +108,8 @@ def _draft_seconds(cost: CostModel, batch: int, context: int, running: list[_Run
         missing = [r.trace.prompt_len + r.p - r.drafted_to for r, _, _ in drafted]
         alone = [m for m in missing if catches_up_alone(batch, m)]
         catch_up = max((m for m in missing if not catches_up_alone(batch, m)), default=1)
-        total += cost.draft_s(batch, deepest, context, "draft", widest, catch_up)
+        total += cost.draft_s(batch, deepest, context, "draft", widest, catch_up,
+                              depths=[out.depth for _, _, out in drafted])
         total += sum(cost.catch_up_alone_s(m, context) for m in alone)
     lookups = sum(1 for cfg, out in zip(configs, outcomes) if cfg.method == "ngram" and out.asked)
     if lookups:
