@@ -39,12 +39,17 @@ then drafted a few steps, and code-edit B=1 made 0.89x its oracle instead of 0.9
 except a group's first probe when the group, fills included, looks at least as good as the choice: the fill buys its
 first estimate.
 (Charged whole to one step, a catch-up kept a request that had missed a few draft passes off the draft model for good,
-behind by more each step.) The batch's choice prices the draft model with every request's fill of its prompt spread
-over the workload's expected output, which is what the draft model costs beyond its passes once every request runs
-it. The expected output is the longest seen so far, and until some request of the workload has ended, at least the
-requests' mean token limit (``DecisionContext.max_new_tokens``): a cold policy knowing only the few tokens emitted so
-far priced every fill as if requests ended there, so at batch 2 on HumanEval it kept the draft model unprobed for 30
-steps.
+behind by more each step.) The batch's choice prices the draft model with the prompt fills its rows have still to
+pay: before any step, every row's spread over the workload's expected output, which is what the draft model costs
+beyond its passes once every request runs it; after that, the fills of the last step's rows whose caches are still
+empty, each spread over that request's own expected remaining output, and a new request's for each row that has ended
+or been added since. A paid fill is sunk: counted on, it took a batch off the draft model right after filling every
+row's cache whenever lookups priced within the fills' share of it (goodput seeded on the main prompts, held-out
+HumanEval at batch 4 started four fills and dropped the draft model two steps later: 0.875x off), and a request
+joining near its end would be priced as if it had its whole output ahead. The expected output is the longest seen so
+far, and until some request of the workload has ended, at least the requests' mean token limit
+(``DecisionContext.max_new_tokens``): a cold policy knowing only the few tokens emitted so far priced every fill as if
+requests ended there, so at batch 2 on HumanEval it kept the draft model unprobed for 30 steps.
 
 Requests also ride free on a step widened by others. The verify forward is padded to the step's widest row and the
 draft-model pass spans every row to the step's deepest proposal, so once a request deciding earlier in the step has
@@ -90,6 +95,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from math import log2
 from operator import mul
 
 from pydantic import Field, field_validator
@@ -206,7 +212,7 @@ class _Workload:
 
     __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_step", "probe_owners",
                  "matched", "mix", "deviations", "acceptance", "prompts", "prompt_tokens", "limit_tokens", "longest",
-                 "finished")
+                 "finished", "unfilled", "unfilled_step", "unfilled_batch")
 
     def __init__(self, table: AcceptanceTable, groups: int) -> None:
         self.table = table
@@ -214,7 +220,8 @@ class _Workload:
         self.step = 0  # latest engine step observed
         self.last_run = [0] * groups  # engine step each group last ran
         self.runs = [0] * groups  # engine steps each group ran in
-        self.choices: dict[tuple[int, int], _Choice] = {}  # (batch, context bucket) -> the batch's choice
+        # (batch, context bucket, ``unfilled`` level) -> the batch's choice
+        self.choices: dict[tuple[int, int, int | None], _Choice] = {}
         self.probe_step = 0  # the engine step ``probe_owners`` is for
         self.probe_owners: dict[int, str] = {}  # group -> the one request probing it in that step
         self.matched: dict[int, AcceptanceTable] = {}  # suffix-match bucket -> its acceptance
@@ -228,6 +235,11 @@ class _Workload:
         self.limit_tokens = 0  # their token limits (``DecisionContext.max_new_tokens``; 0 where unknown)
         self.longest = 0  # the longest output seen so far
         self.finished = 0  # requests seen ending (``StepStats.finished``)
+        # the rows of step ``unfilled_step`` (the latest observed, at batch size ``unfilled_batch``) whose draft
+        # caches are still empty, as the sum of 1 / their expected remaining output; a row whose request ended
+        # counts as a new request's (None before any step)
+        self.unfilled: float | None = None
+        self.unfilled_step = self.unfilled_batch = 0
 
     def horizon(self) -> int:
         """The output length a request of this workload is expected to reach: the longest seen so far, and until a
@@ -245,6 +257,7 @@ class _Pending:
     config: SpecConfig
     match: int | None  # suffix-match bucket
     output_len: int
+    unfilled: float  # 1 / the request's expected remaining output if its draft cache is empty, else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +348,9 @@ class GoodputPolicy(Policy):
         if self._step_observed:  # the first decision of a new step
             self._step_width, self._step_draft, self._step_observed = 0, 0, False
         config = super().decide(ctx)
-        remember(self._pending, ctx.request_id, _Pending(config, self._match_bucket(ctx), ctx.output_len))
+        unfilled = 0.0 if ctx.request_id in self._drafted_to else \
+            1.0 / self._remaining(self._workload(ctx.workload), ctx)
+        remember(self._pending, ctx.request_id, _Pending(config, self._match_bucket(ctx), ctx.output_len, unfilled))
         return config
 
     @property
@@ -355,11 +370,12 @@ class GoodputPolicy(Policy):
         batch = max(ctx.batch_size, 1)
         bucket = max(ctx.step_context_len, 0) // CONTEXT_BUCKET
         epoch = self._epoch(work.observations)
-        choice = work.choices.get((batch, bucket))
+        unfilled = self._unfilled_level(work, batch)
+        choice = work.choices.get((batch, bucket, unfilled))
         evaluated = choice is None or choice.epoch != epoch
         if evaluated:
-            choice = self._evaluate(work, batch, bucket, epoch)
-            work.choices[(batch, bucket)] = choice
+            choice = self._evaluate(work, batch, bucket, epoch, 2.0 ** (unfilled / 2) if unfilled is not None else 0.0)
+            work.choices[(batch, bucket, unfilled)] = choice
         best, probes = choice.best, choice.probes
         catch_up = self._catch_up(ctx)
         cold = ctx.request_id not in self._drafted_to  # its draft cache is empty: the first draft pass fills it
@@ -448,7 +464,7 @@ class GoodputPolicy(Policy):
         if config.method == "draft":  # the pass after a chain accepted in full, and the cache fills
             behind = self.cost.draft_s(batch_size, config.k, context, "draft", config.tree, catch_up=2)
             draft_s += _some_row_in_full(by_depth, config.k, batch_size) * (behind - draft_s) \
-                + batch_size * (1.0 + accepted) * self._fill_per_token(work, batch_size, bucket)
+                + batch_size * (1.0 + accepted) * self._fill_s(work, batch_size, bucket) / max(work.horizon(), 1)
         verify_s = self._verify(batch_size, bucket, nodes * _widest(fill, batch_size), batch_size * nodes * fill)
         return (1.0 + accepted) / (draft_s + verify_s)
 
@@ -458,8 +474,10 @@ class GoodputPolicy(Policy):
         every = self.options.refresh_every
         return observations // every if observations >= every else -observations.bit_length()
 
-    def _price_group(self, work: _Workload, batch: int, bucket: int, index: int, epoch: int) -> _Priced:
-        """The best config of one group for the whole batch."""
+    def _price_group(self, work: _Workload, batch: int, bucket: int, index: int, epoch: int,
+                     unfilled: float) -> _Priced:
+        """The best config of one group for the whole batch, which pays ``unfilled`` draft-cache fills per output
+        token of a row."""
         group = self.groups[index]
         cached = work.acceptance[index]
         if cached is None or cached[0] != epoch:
@@ -467,14 +485,14 @@ class GoodputPolicy(Policy):
         accepted, fill, reach = cached[1]
         widest = _widest(fill, batch)
         drafting = self._drafting(batch, bucket, index, accepted)
-        per_token = self._fill_per_token(work, batch, bucket) if group.method == "draft" else 0.0
+        filling = self._fill_s(work, batch, bucket) * unfilled if group.method == "draft" else 0.0
         # only a group short of WARM_STEPS runs needs its optimistic score (``_evaluate``)
         doubt = 1.0 / (work.runs[index] + 1) if work.runs[index] < WARM_STEPS else 0.0
         top_k, top_score, top_seconds, optimistic = 0, -1.0, 0.0, 0.0 if doubt else float("inf")
         for k in group.ks:
             nodes = group.nodes[k]
             seconds = drafting[k] + self._verify(batch, bucket, nodes * widest, batch * nodes * fill) \
-                + batch * (1.0 + accepted[k]) * per_token
+                + (1.0 + accepted[k]) * filling  # a step's tokens per row, each paying its share of fills
             score = (1.0 + accepted[k]) / seconds
             if score > top_score:
                 top_k, top_score, top_seconds = k, score, seconds
@@ -485,12 +503,12 @@ class GoodputPolicy(Policy):
         return _Priced(group.configs[top_k], index, accepted[top_k], group.nodes[top_k] * widest,
                        group.nodes[top_k] * fill, drafting[top_k], top_seconds, optimistic)
 
-    def _evaluate(self, work: _Workload, batch: int, bucket: int, epoch: int) -> _Choice:
+    def _evaluate(self, work: _Workload, batch: int, bucket: int, epoch: int, unfilled: float) -> _Choice:
         """The best config for the whole batch, and each other group's best config with the steps to wait between
-        its probes."""
+        its probes; ``unfilled``: the rows' draft-cache fills to pay, in fills per output token."""
         off_s = self._verify(batch, bucket, 0.0, 0.0)
         off = _Priced(self.off, -1, 0.0, 0.0, 0.0, 0.0, off_s, 1.0 / off_s)
-        per_group = [self._price_group(work, batch, bucket, i, epoch) for i in range(len(self.groups))]
+        per_group = [self._price_group(work, batch, bucket, i, epoch, unfilled) for i in range(len(self.groups))]
         # a group that never ran is only probed: its estimates are still the prior
         winner = max((p for p in per_group if work.runs[p.group]), key=lambda p: p.score, default=off)
         best = winner if winner.score > off.score * (1.0 + self.options.margin) else off
@@ -619,13 +637,23 @@ class GoodputPolicy(Policy):
                 drafting += share
         return drafting / total if total > 0 else 1.0
 
-    def _fill_per_token(self, work: _Workload, batch: int, bucket: int) -> float:
-        """Seconds per output token of filling a request's empty draft cache with the workload's mean prompt,
-        spread over the output a request is expected to reach."""
+    def _fill_s(self, work: _Workload, batch: int, bucket: int) -> float:
+        """Seconds of filling a request's empty draft cache with the workload's mean prompt."""
         if not work.prompts:
             return 0.0
         prompt = -(-work.prompt_tokens // work.prompts)  # the mean prompt, rounded up
-        return self._catch_up_s(batch, bucket, _fill_tokens(prompt)) / max(work.horizon(), 1)
+        return self._catch_up_s(batch, bucket, _fill_tokens(prompt))
+
+    @staticmethod
+    def _unfilled_level(work: _Workload, batch: int) -> int | None:
+        """The draft-cache fills the batch's choice pays, per output token of a row: the rows of the last step whose
+        caches are still empty, each over its own expected remaining output (a fill already paid is sunk, and one
+        paid near a request's end has few tokens to pay it back), and a new request's over the expected output for
+        each row that has ended or been added since. On a log scale in steps of 2^(1/2), so that choices stay
+        cacheable; None for no fill."""
+        new_rows = batch if work.unfilled is None else max(batch - work.unfilled_batch, 0)
+        unfilled = (work.unfilled or 0.0) + new_rows / max(work.horizon(), 1)
+        return round(2 * log2(unfilled)) if unfilled > 0 else None
 
     def _catch_up_s(self, batch: int, bucket: int, catch_up: int) -> float:
         """Extra seconds of a draft pass when one request's draft cache lacks ``catch_up`` tokens: its first forward
@@ -710,7 +738,7 @@ class GoodputPolicy(Policy):
     def overridden(self, request_id: str, config: SpecConfig) -> None:
         pending = self._pending.get(request_id)
         if pending is not None:
-            self._pending[request_id] = _Pending(config, pending.match, pending.output_len)
+            self._pending[request_id] = _Pending(config, pending.match, pending.output_len, pending.unfilled)
 
     def observe(self, stats: StepStats) -> None:
         self._step_observed = True
@@ -723,6 +751,12 @@ class GoodputPolicy(Policy):
         work = self._workload(stats.workload)
         work.observations += 1
         work.step = step = self._counted_on(stats.step)  # counted on, steps never go back
+        if step != work.unfilled_step:
+            work.unfilled, work.unfilled_step, work.unfilled_batch = 0.0, step, stats.batch_size
+        if stats.finished:
+            work.unfilled += 1.0 / max(work.horizon(), 1)
+        elif pending is not None and stats.request_id not in self._drafted_to:
+            work.unfilled += pending.unfilled
         work.finished += stats.finished
         if match is not None:
             # The text's shares are a property of the workload: remembered over about 1 / decay engine steps at any

@@ -554,3 +554,42 @@ def test_a_lone_draft_probe_pays_the_draft_head_over_its_own_row_only():
         gaps.append([gap for _, config, gap, _ in choice.probes if config.method == "draft"])
     assert gaps[0][0] > 10
     assert gaps[1] == pytest.approx(gaps[0])
+
+
+def test_a_paid_draft_cache_fill_is_sunk_and_one_near_a_requests_end_is_not_paid():
+    """At batch 2 the draft model accepts all 4 of its tokens and a lookup 1: the draft model makes about 170
+    tokens/s against 150 for lookups, but with each request's 640-token prompt fill spread over its 48 tokens
+    only about 115, and one request drafting beside a lookup about 120. Here the engine starts every request on
+    the draft model: once its cache is filled, the fill is sunk and the batch keeps drafting (priced with the
+    fills, it went back to lookups). A request that joins near its end (40 of 48 tokens already out) would pay a
+    whole fill for 8 tokens, so it looks up instead."""
+    cost = linear_cost()
+    policy = GoodputPolicy(cost, GoodputOptions(ks=(2, 4)))
+    batch, length, emitted, late = 2, 48, {"r0-0": 0, "r1-0": 0}, []
+    rows = [0] * batch
+    first_draft = SpecConfig(method="draft", k=4)
+    for step in range(1, 401):
+        ids = []
+        for b in range(batch):
+            if emitted.get(f"r{b}-{rows[b]}", 0) >= length:
+                rows[b] += 1
+                emitted[f"r{b}-{rows[b]}"] = 40 if rows[b] % 4 == 3 else 0  # every 4th joins near its end
+            ids.append(f"r{b}-{rows[b]}")
+        configs = [policy.decide(DecisionContext(rid, "w", batch, 1024, 640, emitted[rid], 0, SpecConfig(), None,
+                                                 None, 0, length)) for rid in ids]
+        for b, rid in enumerate(ids):
+            if emitted[rid] == 0:  # a new request's first step: the engine starts it on the draft model
+                configs[b] = first_draft
+                policy.overridden(rid, first_draft)
+            elif step > 100:
+                late.append((rows[b] % 4 == 3, configs[b].method))
+        for rid, config in zip(ids, configs):
+            accepted = min(config.k if config.method == "draft" else 1, length - emitted[rid] - 1)
+            stats = step_stats(config, accepted, step=step, request_id=rid, batch_size=batch,
+                               finished=emitted[rid] + accepted + 1 >= length)
+            policy.observe(stats)
+            emitted[rid] += stats.emitted_tokens
+    filled = [method for near_end, method in late if not near_end]
+    assert filled.count("draft") >= 0.9 * len(filled)
+    near_end = [method for near_end, method in late if near_end]
+    assert near_end and near_end.count("draft") <= 0.2 * len(near_end)
