@@ -46,24 +46,27 @@ def measure(spec: str, cost: CostModel, steps: int) -> tuple[list[float], list[f
     decides, observes = [], []
     last: dict[str, StepStats | None] = {}
     for step in range(1, steps + 1):
+        # as the engine runs a step: every request decides, the step runs, then every request is observed
+        pending = []
         for b in range(BATCH):
             rid = f"{b}-{step // 97}"  # requests finish and new ones arrive
             workload = "code" if b % 2 else "prose"
             ctx = DecisionContext(rid, workload, BATCH, 200 + step % 3000, 120, step % 97, step % 97, OFF,
                                   last.get(rid), suffix_match=(step * 7 + b) % 13)  # every suffix-match bucket
-            accepted = (step * 31 + b * 7) % 5
             t0 = time.perf_counter_ns()
             config = policy.decide(ctx)
-            t1 = time.perf_counter_ns()
+            decides.append((time.perf_counter_ns() - t0) / 1000)
+            pending.append((b, rid, workload, ctx, config))
+        for b, rid, workload, ctx, config in pending:
+            accepted = (step * 31 + b * 7) % 5
             k = config.k if config.speculative else 0
             a = min(accepted, k)
             stats = StepStats(step, rid, workload, BATCH, ctx.context_len, config.method if k else "off", k, k, a,
                               tuple(1 if d < a else 0 for d in range(k)), a + 1, 1 + k, BATCH * (1 + k),
                               0.01 * k, 0.3, float(step))
-            t2 = time.perf_counter_ns()
+            t0 = time.perf_counter_ns()
             policy.observe(stats)
-            observes.append((time.perf_counter_ns() - t2) / 1000)
-            decides.append((t1 - t0) / 1000)
+            observes.append((time.perf_counter_ns() - t0) / 1000)
             last[rid] = stats
     warm = len(decides) // 10  # drop the warm-up tenth
     return decides[warm:], observes[warm:]

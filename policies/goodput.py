@@ -179,6 +179,13 @@ def _some_row_in_full(accepted: list[float], k: int, batch: int) -> float:
     return 1.0 - (1.0 - (accepted[k] - accepted[k - 1])) ** batch if k else 0.0
 
 
+def _near(priced: float, now: float) -> bool:
+    """Whether fills per token ``now`` are close enough to the ``priced`` ones to keep a choice: within 9% (2^(1/8)).
+    They move a little every step while rows wait with empty draft caches, and re-pricing at each move would cost a
+    batch's choice at every decision."""
+    return priced == now or (priced > 0 and now > 0 and abs(log2(now / priced)) < 0.125)
+
+
 def _fill_tokens(tokens: int) -> int:
     """A draft-cache fill of ``tokens``, rounded up to a multiple of 32 so that its price stays cacheable."""
     return -(-tokens // 32) * 32
@@ -212,7 +219,7 @@ class _Workload:
 
     __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_step", "probe_owners",
                  "matched", "mix", "deviations", "acceptance", "prompts", "prompt_tokens", "limit_tokens", "longest",
-                 "finished", "unfilled", "unfilled_step", "unfilled_batch")
+                 "finished", "unfilled", "unfilled_step", "unfilled_batch", "candidates")
 
     def __init__(self, table: AcceptanceTable, groups: int) -> None:
         self.table = table
@@ -220,8 +227,7 @@ class _Workload:
         self.step = 0  # latest engine step observed
         self.last_run = [0] * groups  # engine step each group last ran
         self.runs = [0] * groups  # engine steps each group ran in
-        # (batch, context bucket, ``unfilled`` level) -> the batch's choice
-        self.choices: dict[tuple[int, int, int | None], _Choice] = {}
+        self.choices: dict[tuple[int, int], _Choice] = {}  # (batch, context bucket) -> the batch's choice
         self.probe_step = 0  # the engine step ``probe_owners`` is for
         self.probe_owners: dict[int, str] = {}  # group -> the one request probing it in that step
         self.matched: dict[int, AcceptanceTable] = {}  # suffix-match bucket -> its acceptance
@@ -240,6 +246,8 @@ class _Workload:
         # counts as a new request's (None before any step)
         self.unfilled: float | None = None
         self.unfilled_step = self.unfilled_batch = 0
+        # (batch, context bucket, group) -> (epoch, ``GoodputPolicy._candidates``)
+        self.candidates: dict[tuple[int, int, int], tuple[int, tuple]] = {}
 
     def horizon(self) -> int:
         """The output length a request of this workload is expected to reach: the longest seen so far, and until a
@@ -262,11 +270,12 @@ class _Pending:
 
 @dataclass(frozen=True, slots=True)
 class _Choice:
-    """The batch's config at one (batch size, context bucket) as priced in ``epoch``, and the probes of the other
-    groups: (group, its best config, steps to wait between probes, whether a first probe skips the wait for its
-    draft-cache fill)."""
+    """The batch's config at one (batch size, context bucket) as priced in ``epoch`` with ``unfilled`` fills per
+    output token, and the probes of the other groups: (group, its best config, steps to wait between probes, whether
+    a first probe skips the wait for its draft-cache fill)."""
 
     epoch: int
+    unfilled: float
     best: _Priced
     probes: list[tuple[int, SpecConfig, float, bool]]
 
@@ -370,12 +379,12 @@ class GoodputPolicy(Policy):
         batch = max(ctx.batch_size, 1)
         bucket = max(ctx.step_context_len, 0) // CONTEXT_BUCKET
         epoch = self._epoch(work.observations)
-        unfilled = self._unfilled_level(work, batch)
-        choice = work.choices.get((batch, bucket, unfilled))
-        evaluated = choice is None or choice.epoch != epoch
+        unfilled = self._unfilled(work, batch)
+        choice = work.choices.get((batch, bucket))
+        evaluated = choice is None or choice.epoch != epoch or not _near(choice.unfilled, unfilled)
         if evaluated:
-            choice = self._evaluate(work, batch, bucket, epoch, 2.0 ** (unfilled / 2) if unfilled is not None else 0.0)
-            work.choices[(batch, bucket, unfilled)] = choice
+            choice = self._evaluate(work, batch, bucket, epoch, unfilled)
+            work.choices[(batch, bucket)] = choice
         best, probes = choice.best, choice.probes
         catch_up = self._catch_up(ctx)
         cold = ctx.request_id not in self._drafted_to  # its draft cache is empty: the first draft pass fills it
@@ -479,29 +488,45 @@ class GoodputPolicy(Policy):
         """The best config of one group for the whole batch, which pays ``unfilled`` draft-cache fills per output
         token of a row."""
         group = self.groups[index]
+        key = (batch, bucket, index)
+        cached = work.candidates.get(key)
+        if cached is None or cached[0] != epoch:
+            cached = work.candidates[key] = (epoch, self._candidates(work, batch, bucket, index, epoch))
+        widest, fill, drafting, candidates = cached[1]
+        filling = self._fill_s(work, batch, bucket) * unfilled if group.method == "draft" else 0.0
+        # only a group short of WARM_STEPS runs needs its optimistic score (``_evaluate``)
+        doubt = 1.0 / (work.runs[index] + 1) if work.runs[index] < WARM_STEPS else 0.0
+        top_k, top_accepted, top_score, top_seconds, optimistic = 0, 0.0, -1.0, 0.0, 0.0 if doubt else float("inf")
+        for k, accepted, passes_s in candidates:
+            seconds = passes_s + (1.0 + accepted) * filling  # a step's tokens per row, each paying its share of fills
+            score = (1.0 + accepted) / seconds
+            if score > top_score:
+                top_k, top_accepted, top_score, top_seconds = k, accepted, score, seconds
+            if doubt:
+                optimistic = max(optimistic, (1.0 + accepted + (k - accepted) * doubt) / seconds)
+        return _Priced(group.configs[top_k], index, top_accepted, group.nodes[top_k] * widest,
+                       group.nodes[top_k] * fill, drafting[top_k], top_seconds, optimistic)
+
+    def _candidates(self, work: _Workload, batch: int, bucket: int, index: int,
+                    epoch: int) -> tuple[float, float, list[float], list[tuple[int, float, float]]]:
+        """What pricing one group's candidates for the whole batch needs beside the fills, which change from step to
+        step: the share of its depth the widest row verifies, the share proposed, its pass's seconds by depth, and
+        per candidate k up to the reach, E[a] and the step's seconds (draft pass and verify)."""
+        group = self.groups[index]
         cached = work.acceptance[index]
         if cached is None or cached[0] != epoch:
             cached = work.acceptance[index] = (epoch, self._batch_acceptance(work, group))
         accepted, fill, reach = cached[1]
         widest = _widest(fill, batch)
         drafting = self._drafting(batch, bucket, index, accepted)
-        filling = self._fill_s(work, batch, bucket) * unfilled if group.method == "draft" else 0.0
-        # only a group short of WARM_STEPS runs needs its optimistic score (``_evaluate``)
-        doubt = 1.0 / (work.runs[index] + 1) if work.runs[index] < WARM_STEPS else 0.0
-        top_k, top_score, top_seconds, optimistic = 0, -1.0, 0.0, 0.0 if doubt else float("inf")
+        candidates = []
         for k in group.ks:
             nodes = group.nodes[k]
-            seconds = drafting[k] + self._verify(batch, bucket, nodes * widest, batch * nodes * fill) \
-                + (1.0 + accepted[k]) * filling  # a step's tokens per row, each paying its share of fills
-            score = (1.0 + accepted[k]) / seconds
-            if score > top_score:
-                top_k, top_score, top_seconds = k, score, seconds
-            if doubt:
-                optimistic = max(optimistic, (1.0 + accepted[k] + (k - accepted[k]) * doubt) / seconds)
+            candidates.append((k, accepted[k],
+                               drafting[k] + self._verify(batch, bucket, nodes * widest, batch * nodes * fill)))
             if k >= reach:  # the first candidate at or past the reach is the deepest priced
                 break
-        return _Priced(group.configs[top_k], index, accepted[top_k], group.nodes[top_k] * widest,
-                       group.nodes[top_k] * fill, drafting[top_k], top_seconds, optimistic)
+        return widest, fill, drafting, candidates
 
     def _evaluate(self, work: _Workload, batch: int, bucket: int, epoch: int, unfilled: float) -> _Choice:
         """The best config for the whole batch, and each other group's best config with the steps to wait between
@@ -520,7 +545,7 @@ class GoodputPolicy(Policy):
                                              if p.optimistic >= best.score else 1.0)),
                    not work.runs[p.group] and p.score >= best.score)
                   for p in per_group if p is not best]
-        return _Choice(epoch, best, probes)
+        return _Choice(epoch, unfilled, best, probes)
 
     def _batch_acceptance(self, work: _Workload, group: _Group) -> tuple[list[float], float, int]:
         """E[a] by depth, the n-gram fill (1 for a draft model) and the depth reach of ``group`` for a typical
@@ -645,15 +670,13 @@ class GoodputPolicy(Policy):
         return self._catch_up_s(batch, bucket, _fill_tokens(prompt))
 
     @staticmethod
-    def _unfilled_level(work: _Workload, batch: int) -> int | None:
+    def _unfilled(work: _Workload, batch: int) -> float:
         """The draft-cache fills the batch's choice pays, per output token of a row: the rows of the last step whose
         caches are still empty, each over its own expected remaining output (a fill already paid is sunk, and one
         paid near a request's end has few tokens to pay it back), and a new request's over the expected output for
-        each row that has ended or been added since. On a log scale in steps of 2^(1/2), so that choices stay
-        cacheable; None for no fill."""
+        each row that has ended or been added since."""
         new_rows = batch if work.unfilled is None else max(batch - work.unfilled_batch, 0)
-        unfilled = (work.unfilled or 0.0) + new_rows / max(work.horizon(), 1)
-        return round(2 * log2(unfilled)) if unfilled > 0 else None
+        return (work.unfilled or 0.0) + new_rows / max(work.horizon(), 1)
 
     def _catch_up_s(self, batch: int, bucket: int, catch_up: int) -> float:
         """Extra seconds of a draft pass when one request's draft cache lacks ``catch_up`` tokens: its first forward
