@@ -53,7 +53,8 @@ def test_bf16_self_draft_is_lossless(models, config):
         drafted = sum(s.draft_tokens for _, s in out.values())
         accepted = sum(s.accepted_tokens for _, s in out.values())
         steps = sum(s.steps for _, s in out.values())
-        assert 0.5 * steps < accepted < drafted  # a bf16 copy agrees often, but not always
+        # a bf16 copy agrees often; not always on most CPUs, but on the AMX host of 2026-12-07 in all 58 drafts
+        assert 0.5 * steps < accepted <= drafted
 
 
 def test_generate_cli_json():

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from tuner.cli import app
 from tuner.engines.llamacpp_install import (
+    BUILD,
     LLAMACPP_COMMIT,
     PYPI_VERSION,
     InstallError,
@@ -55,7 +56,7 @@ def test_toolchain_found_here():
 def test_cache_dir_is_versioned_under_spectune_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECTUNE_CACHE_DIR", str(tmp_path))
     install = default_install()
-    assert install.server == tmp_path / "llama.cpp" / PYPI_VERSION / "bin" / "llama-server"
+    assert install.server == tmp_path / "llama.cpp" / f"{PYPI_VERSION}-build{BUILD}" / "bin" / "llama-server"
     assert not install.installed
     with pytest.raises(InstallError, match="spectune engines install llama.cpp"):
         find_llama_server()

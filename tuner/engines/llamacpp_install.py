@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -27,6 +28,11 @@ PYPI_PACKAGE = "llama-cpp-python"
 PYPI_VERSION = "0.3.36"
 LLAMACPP_COMMIT = "0c1e570"  # the llama.cpp commit that sdist vendors
 
+# ggml's AMX matmul, which -march=native compiles in on an AMX CPU, crashed llama-server at its first forward on an
+# AMX-capable VM here (SIGSEGV in ggml_backend_amx_mul_mat, Xeon with AVX512+bf16+amx, 2026-12-07; ``--no-repack``
+# avoided it). Explicit -mno flags keep AMX out whatever -march=native enables (GCC and clang let explicit ISA flags
+# win over -march in any order).
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DGGML_NATIVE=ON",
@@ -36,7 +42,10 @@ CMAKE_OPTIONS = (
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # ON by default: would download web-UI assets at configure time
     "-DLLAMA_BUILD_UI=OFF",
     "-DLLAMA_OPENSSL=OFF",
-)
+) + ((f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}") if platform.machine() in ("x86_64", "AMD64") else ())
+# Cached builds live under the version and this build number: raise it whenever CMAKE_OPTIONS change, so that a build
+# made with the old options is not reused (2: without AMX).
+BUILD = 2
 
 Progress = Callable[[str], None]
 
@@ -61,7 +70,7 @@ class LlamaCppInstall:
 
 
 def default_install(version: str = PYPI_VERSION) -> LlamaCppInstall:
-    return LlamaCppInstall(cache_root() / "llama.cpp" / version)
+    return LlamaCppInstall(cache_root() / "llama.cpp" / f"{version}-build{BUILD}")
 
 
 def find_llama_server() -> Path:
