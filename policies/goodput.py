@@ -219,7 +219,7 @@ class _Workload:
 
     __slots__ = ("table", "observations", "step", "last_run", "runs", "choices", "probe_step", "probe_owners",
                  "matched", "mix", "deviations", "acceptance", "prompts", "prompt_tokens", "limit_tokens", "longest",
-                 "finished", "unfilled", "unfilled_step", "unfilled_batch", "candidates")
+                 "finished", "unfilled", "unfilled_batch", "candidates")
 
     def __init__(self, table: AcceptanceTable, groups: int) -> None:
         self.table = table
@@ -241,11 +241,11 @@ class _Workload:
         self.limit_tokens = 0  # their token limits (``DecisionContext.max_new_tokens``; 0 where unknown)
         self.longest = 0  # the longest output seen so far
         self.finished = 0  # requests seen ending (``StepStats.finished``)
-        # the rows of step ``unfilled_step`` (the latest observed, at batch size ``unfilled_batch``) whose draft
-        # caches are still empty, as the sum of 1 / their expected remaining output; a row whose request ended
-        # counts as a new request's (None before any step)
+        # the rows of step ``step`` (the latest observed, at batch size ``unfilled_batch``) whose draft caches are
+        # still empty, as the sum of 1 / their expected remaining output; a row whose request ended counts as a new
+        # request's (None before any step)
         self.unfilled: float | None = None
-        self.unfilled_step = self.unfilled_batch = 0
+        self.unfilled_batch = 0
         # (batch, context bucket, group) -> (epoch, ``GoodputPolicy._candidates``)
         self.candidates: dict[tuple[int, int, int], tuple[int, tuple]] = {}
 
@@ -773,9 +773,9 @@ class GoodputPolicy(Policy):
                      pending.output_len + min(stats.accepted_tokens, max(stats.k - 1, 0)))
         work = self._workload(stats.workload)
         work.observations += 1
-        work.step = step = self._counted_on(stats.step)  # counted on, steps never go back
-        if step != work.unfilled_step:
-            work.unfilled, work.unfilled_step, work.unfilled_batch = 0.0, step, stats.batch_size
+        step = self._counted_on(stats.step)  # counted on, steps never go back
+        if step != work.step:  # the step's first observation
+            work.step, work.unfilled, work.unfilled_batch = step, 0.0, stats.batch_size
         if stats.finished:
             work.unfilled += 1.0 / max(work.horizon(), 1)
         elif pending is not None and stats.request_id not in self._drafted_to:
