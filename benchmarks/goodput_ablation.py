@@ -1,11 +1,11 @@
-"""Goodput variants against the committed policies table, in seconds: replays every cell of
-``benchmarks/results/policies.json`` (main and held-out traces, the same request orders) with each policy SPEC and
-scores it against that table's oracle, off and best global static. For trying a change to goodput before the full
-``benchmarks/policies.py`` run (which re-derives the oracle and checks replay against the live engine).
+"""Goodput variants against the committed policies table, in minutes: replays every cell of
+``benchmarks/results/policies.json`` (main and held-out traces, the same request orders and waves of requests) with
+each policy SPEC and scores it against that table's oracle, off and best global static. For trying a change to goodput
+before the full ``benchmarks/policies.py`` run (which re-derives the oracle and checks replay against the live engine).
 
 With ``--warm`` each policy first replays the same cell of the other prompt split (same batch size and request
 order), then the scored cell: what a policy that has served the workload for a while makes, rather than one starting
-cold on a cell of at most about 400 engine steps. (Each replay counts its steps from 1, as a new engine would; goodput
+cold on a cell of at most about 800 engine steps. (Each replay counts its steps from 1, as a new engine would; goodput
 counts them on from the last.)
 
     .venv/bin/python benchmarks/goodput_ablation.py goodput goodput:prior=0.7 [--orders 4] [--warm | --seeded]
@@ -145,7 +145,7 @@ def main() -> None:
         parser.error("--warm, --seeded and --pricing: choose one")
     bench = _policies_benchmark()
     table = json.loads((bench.RESULTS / "policies.json").read_text())
-    prompts = table["meta"]["prompts"]
+    prompts, waves = table["meta"]["prompts"], table["meta"]["waves"]
     cost = bench.cost_model(bench.Models())
     for spec in args.specs:
         try:
@@ -164,7 +164,7 @@ def main() -> None:
     for name, directory, _, picked in splits:
         groups = {w: bench.traces_for(w, picked, table["meta"]["new_tokens"], bench.Models(), directory)
                   for w in bench.WORKLOADS}
-        by_split[name] = [{k: prepare(v) for k, v in bench.cells_for(bench.rotated(groups, o)).items()}
+        by_split[name] = [{k: prepare(v) for k, v in bench.cells_for(bench.rotated(groups, o), waves).items()}
                           for o in range(args.orders)]
         if args.seeded:
             seeds[name] = {w: prepare(traces) for w, traces in groups.items()}

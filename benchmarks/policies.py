@@ -6,14 +6,20 @@ in benchmarks/results/policies_cost_model.json), 3. replay per (workload, batch 
 static config, heuristic, goodput, bandit and the per-cell oracle, plus a phase-shifting mixed trace, 4. check the
 replay against the live engine on a few cells, 5. write the table (md + json) and a plot of tokens/s vs k.
 
-A cell at batch size B replays max(recorded, 2B) requests: the workload's recorded requests repeated in order (each
-copy behaves exactly as recorded), so that B requests really run together. An online policy's run is one path through
+A cell at batch size B replays max(recorded, ``--waves`` x B) requests: the workload's recorded requests repeated in
+order (each copy behaves exactly as recorded), so that B requests really run together, 8 batches' worth by default.
+Every recorded output runs to the token limit, so off finishes each batch of requests in lockstep while speculating
+requests finish unevenly, and once the queue is empty the batch drains through steps of fewer than B rows, which a
+server under steady load would fill with new requests. In cells of 2B requests that drain weighed as much as the
+policies' choices: in held-out HumanEval at B=4, one request order ran 61 of goodput's 189 steps below 4 rows, and
+724 ms of the 767 ms it lost to off went in steps where no request speculated.
+An online policy's run is one path through
 many small decisions, and which requests share a step changes it: one request order can put a cell 10% above or
 below another. So every cell is replayed in ``--orders`` request orders (the recorded list rotated) and a figure is
 the mean over them; the oracle is the best static config by that mean among the order-0 grid's top
 ``ORACLE_FINALISTS`` (and off and the best global static).
 
-    nice .venv/bin/python benchmarks/policies.py [--prompts 4] [--new-tokens 96] [--orders 4] [--skip-live]
+    nice .venv/bin/python benchmarks/policies.py [--prompts 4] [--new-tokens 96] [--orders 4] [--waves 8] [--skip-live]
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ WORKLOADS = ("humaneval", "code-edit", "prose", "math")
 BATCH_SIZES = (1, 2, 4, 8, 16)
 POLICIES = ("heuristic", "goodput", "bandit")
 MIXED_CYCLES = 2
+WAVES = 8  # a cell replays this many batches' worth of requests
 ORACLE_FINALISTS = 5  # static configs of the order-0 grid replayed in every request order
 LIVE_CELLS = (("code-edit", 4, "static:method=ngram,k=8"), ("humaneval", 2, "static:method=draft,k=4"),
               ("prose", 4, "static:method=off"), ("math", 1, "static:method=draft,k=2"), ("humaneval", 1, "goodput"),
@@ -127,8 +134,8 @@ def rotated(groups: dict[str, list], order: int) -> dict[str, list]:
     return {w: traces[order % len(traces):] + traces[:order % len(traces)] for w, traces in groups.items()}
 
 
-def cells_for(groups: dict[str, list]) -> dict[tuple[str, int], list]:
-    cells = {(w, b): repeat(groups[w], max(len(groups[w]), 2 * b)) for w in WORKLOADS for b in BATCH_SIZES}
+def cells_for(groups: dict[str, list], waves: int) -> dict[tuple[str, int], list]:
+    cells = {(w, b): repeat(groups[w], max(len(groups[w]), waves * b)) for w in WORKLOADS for b in BATCH_SIZES}
     cells.update({("mixed", b): mixed(groups, b) for b in BATCH_SIZES})
     return cells
 
@@ -147,7 +154,7 @@ class PhaseStatic:
         return None
 
 
-def evaluate(groups: dict[str, list], cost, orders: int) -> tuple[dict, dict, dict, int, dict]:
+def evaluate(groups: dict[str, list], cost, orders: int, waves: int) -> tuple[dict, dict, dict, int, dict]:
     """Per cell: the static grid on order 0 (off first), each policy in every request order, and the mean tokens/s
     over the orders of off, the best global static and the grid's finalists. Returns (order-0 grids, policy results
     by order, static means by grid index, the best global static's index, and per mixed cell the mean tokens/s of
@@ -157,7 +164,8 @@ def evaluate(groups: dict[str, list], cost, orders: int) -> tuple[dict, dict, di
     from tuner.replay import oracle_cell, prepare, replay_cell
     from tuner.replay.oracle import static_grid
 
-    by_order = [{key: prepare(traces) for key, traces in cells_for(rotated(groups, o)).items()} for o in range(orders)]
+    by_order = [{key: prepare(traces) for key, traces in cells_for(rotated(groups, o), waves).items()}
+                for o in range(orders)]
     grids, policies, configs = {}, {}, {}
     for key, prepared in by_order[0].items():
         configs[key] = static_grid([t.trace for t in prepared])
@@ -326,9 +334,10 @@ def markdown(rows: list[dict], held_out: list[dict], live: list[dict], meta: dic
     best_label, held_out_best = meta["best_global_static"], meta["held_out_best_global_static"]
     lines = [f"# Policies on recorded traces ({TARGET} + {DRAFT}, {DTYPE})", "",
              f"{meta['prompts']} recorded prompts per workload, {meta['new_tokens']} new tokens max; a cell at batch "
-             f"size B replays max(recorded, 2B) requests (recorded ones repeated). Decode tokens/s relative to off "
-             f"(no speculation), from replay priced by the calibrated cost model, mean over {meta['orders']} request "
-             f"orders (the recorded list rotated: an adaptive policy's path depends on which requests share a step); "
+             f"size B replays max(recorded, {meta['waves']}B) requests (recorded ones repeated). Decode tokens/s "
+             f"relative to off (no speculation), from replay priced by the calibrated cost model, mean over "
+             f"{meta['orders']} request orders (the recorded list rotated: an adaptive policy's path depends on "
+             f"which requests share a step); "
              f"the oracle is the static config with the best mean among the first order's {ORACLE_FINALISTS} "
              f"fastest. Best global static: `{best_label}`.", ""]
     lines += cell_table(rows)
@@ -392,6 +401,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--orders", type=int, default=4, help="request orders each cell is replayed in")
+    parser.add_argument("--waves", type=int, default=WAVES, help="requests per cell, in batches of B")
     parser.add_argument("--skip-live", action="store_true")
     parser.add_argument("--keep-live", action="store_true",
                         help="keep the saved live check (results/policies.json) instead of rerunning it; refused "
@@ -401,6 +411,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.orders < 1:
         parser.error("--orders: must be at least 1")
+    if args.waves < 1:
+        parser.error("--waves: must be at least 1")
     if args.live_only + args.skip_live + args.keep_live > 1:
         parser.error("--live-only, --skip-live and --keep-live: choose one")
 
@@ -418,14 +430,14 @@ def main() -> None:
                                      ("held-out", slice(args.prompts, 2 * args.prompts), HELD_OUT)):
         groups = {w: traces_for(w, prompts, args.new_tokens, models, directory) for w in WORKLOADS}
         cost = cost or cost_model(models)
-        grids, policies, statics, best, phased = evaluate(groups, cost, args.orders)
+        grids, policies, statics, best, phased = evaluate(groups, cost, args.orders, args.waves)
         results[name] = (groups, grids, table(grids, policies, statics, best, phased),
                          grids[next(iter(grids))][best].config)
     groups, grids, rows, best_label = results["main"]
     _, _, held_out, held_out_best = results["held-out"]
     live = [] if args.skip_live else kept_live(groups, cost) if args.keep_live else live_check(groups, cost, models)
     meta = {"target": TARGET, "draft": DRAFT, "dtype": DTYPE, "prompts": args.prompts, "new_tokens": args.new_tokens,
-            "orders": args.orders,
+            "orders": args.orders, "waves": args.waves,
             "best_global_static": best_label, "held_out_best_global_static": held_out_best,
             "engine": cost.engine.model_dump()}
     save(rows, held_out, live, meta)
