@@ -46,10 +46,17 @@ empty, each spread over that request's own expected remaining output, and a new 
 or been added since. A paid fill is sunk: counted on, it took a batch off the draft model right after filling every
 row's cache whenever lookups priced within the fills' share of it (goodput seeded on the main prompts, held-out
 HumanEval at batch 4 started four fills and dropped the draft model two steps later: 0.875x off), and a request
-joining near its end would be priced as if it had its whole output ahead. The expected output is the longest seen so
-far, and until some request of the workload has ended, at least the requests' mean token limit
-(``DecisionContext.max_new_tokens``): a cold policy knowing only the few tokens emitted so far priced every fill as if
-requests ended there, so at batch 2 on HumanEval it kept the draft model unprobed for 30 steps.
+joining near its end would be priced as if it had its whole output ahead. But sunk fills alone would keep a batch on the
+draft model for good once requests join it one at a time: each newcomer pays only its own fill beside rows whose fills
+are paid, so each joins, and the draft model runs on where, with every request paying its fill, it loses to the rest
+(goodput seeded on the main prompts, held-out HumanEval at batch 4: draft k=3 at 1.06x off with every cache filled,
+about 0.98x with each request's fill, run in 92% of steps: 0.943x off). So a request whose draft cache is empty starts
+the draft model only where it beats the rest (off by the margin) with every row's fill spread over the expected output;
+otherwise it takes the best config without it, and the batch leaves the draft model as the rows that filled their caches
+end. The expected output is the longest seen so far, and until some request of the workload has ended, at least the
+requests' mean token limit (``DecisionContext.max_new_tokens``): a cold policy knowing only the few tokens emitted so
+far priced every fill as if requests ended there, so at batch 2 on HumanEval it kept the draft model unprobed for 30
+steps.
 
 Requests also ride free on a step widened by others. The verify forward is padded to the step's widest row and the
 draft-model pass spans every row to the step's deepest proposal, so once a request deciding earlier in the step has
@@ -278,6 +285,7 @@ class _Choice:
     unfilled: float
     best: _Priced
     probes: list[tuple[int, SpecConfig, float, bool]]
+    starts_draft: bool  # whether a request whose draft cache is empty may start the draft model (``_evaluate``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +423,8 @@ class GoodputPolicy(Policy):
         current = catch_up <= 1 and not cold  # the draft cache lacks at most the last token
         if not deviation.drafts or current:
             return self._ride(deviation, deviation.config, current)
+        if cold and not choice.starts_draft:
+            return self._ride(deviation, deviation.fallback, current)
         # The draft pass also feeds what this request's draft cache lacks. Filling an empty one (the prompt and all
         # output so far) or catching up a behind one is paid once and serves the rest of the request where it drafts,
         # so a step carries the share of it that its own tokens are of that part of the expected remaining output.
@@ -545,7 +555,21 @@ class GoodputPolicy(Policy):
                                              if p.optimistic >= best.score else 1.0)),
                    not work.runs[p.group] and p.score >= best.score)
                   for p in per_group if p is not best]
-        return _Choice(epoch, unfilled, best, probes)
+        starts_draft = best.config.method != "draft" or self._draft_pays_for_fills(work, batch, bucket, epoch, off,
+                                                                                      per_group)
+        return _Choice(epoch, unfilled, best, probes, starts_draft)
+
+    def _draft_pays_for_fills(self, work: _Workload, batch: int, bucket: int, epoch: int, off: _Priced,
+                              per_group: list[_Priced]) -> bool:
+        """Whether the draft model, with every row's fill spread over the expected output (what it costs once every
+        request runs it), beats off by the margin and every other group that has run."""
+        steady = batch / max(work.horizon(), 1)
+        ran = [i for i in range(len(self.groups)) if work.runs[i]]
+        drafting = max((self._price_group(work, batch, bucket, i, epoch, steady).score for i in ran
+                        if self.groups[i].method == "draft"), default=0.0)
+        rest = max([off.score * (1.0 + self.options.margin)]
+                   + [per_group[i].score for i in ran if self.groups[i].method != "draft"])
+        return drafting > rest
 
     def _batch_acceptance(self, work: _Workload, group: _Group) -> tuple[list[float], float, int]:
         """E[a] by depth, the n-gram fill (1 for a draft model) and the depth reach of ``group`` for a typical

@@ -593,3 +593,45 @@ def test_a_paid_draft_cache_fill_is_sunk_and_one_near_a_requests_end_is_not_paid
     assert filled.count("draft") >= 0.9 * len(filled)
     near_end = [method for near_end, method in late if near_end]
     assert near_end and near_end.count("draft") <= 0.2 * len(near_end)
+
+
+def test_a_request_with_an_empty_draft_cache_does_not_join_a_draft_model_that_loses_with_every_fill_paid():
+    """Four rows 12 tokens apart in their 96-token requests run the draft model with their caches filled (the
+    engine started them on it). It accepts all 4 of its tokens, a lookup 1: with every cache filled the batch makes
+    about 264 tokens/s drafting against 232 looking up, but with each request's 512-token prompt fill spread over its
+    output only about 203. A request joining beside rows whose fills are paid pays only its own fill (about 245), so
+    with sunk fills alone each newcomer joined and the batch drafted on in 99% of decisions; a newcomer now starts the
+    draft model only where it wins with every request paying its fill, so the rows move to lookups as they are
+    replaced."""
+    policy = GoodputPolicy(linear_cost(), GoodputOptions(ks=(2, 4)))
+    batch, length, steps = 4, 96, 600
+    emitted = {f"r{b}-0": 12 * b for b in range(batch)}
+    rows = [0] * batch
+    started = SpecConfig(method="draft", k=4)
+    late = []
+    for step in range(1, steps + 1):
+        ids = []
+        for b in range(batch):
+            if emitted[f"r{b}-{rows[b]}"] >= length:
+                rows[b] += 1
+                emitted[f"r{b}-{rows[b]}"] = 0
+            ids.append(f"r{b}-{rows[b]}")
+        configs = [policy.decide(DecisionContext(rid, "w", batch, 1024, 512, emitted[rid], 0, SpecConfig(), None,
+                                                 None, 0, length)) for rid in ids]
+        for b, rid in enumerate(ids):
+            if step == 1:
+                configs[b] = started
+                policy.overridden(rid, started)
+            elif step > steps // 2:
+                late.append(configs[b].method)
+        for rid, config in zip(ids, configs):
+            accepted = min(config.k if config.method == "draft" else 1, length - emitted[rid] - 1)
+            stats = step_stats(config, accepted, step=step, request_id=rid, batch_size=batch,
+                               finished=emitted[rid] + accepted + 1 >= length)
+            policy.observe(stats)
+            emitted[rid] += stats.emitted_tokens
+    work = policy._workloads["w"]
+    priced = {unfilled: [policy._price_group(work, batch, 1024 // 64, i, 10**6, unfilled).score for i in (0, 1)]
+              for unfilled in (0.0, 1 / length, batch / length)}
+    assert priced[0.0][0] > priced[1 / length][0] > 1.02 * priced[0.0][1] > priced[batch / length][0]
+    assert late.count("draft") <= 0.05 * len(late)
