@@ -556,6 +556,18 @@ def test_a_lone_draft_probe_pays_the_draft_head_over_its_own_row_only():
     assert gaps[1] == pytest.approx(gaps[0])
 
 
+def _observe_step(policy: GoodputPolicy, ids: list[str], configs: list[SpecConfig], emitted: dict[str, int],
+                  length: int, step: int) -> None:
+    """Observe one engine step of ``length``-token requests in which the draft model gets every token it proposes
+    accepted and a lookup one."""
+    for rid, config in zip(ids, configs, strict=True):
+        accepted = min(config.k if config.method == "draft" else 1, length - emitted[rid] - 1)
+        stats = step_stats(config, accepted, step=step, request_id=rid, batch_size=len(ids),
+                           finished=emitted[rid] + accepted + 1 >= length)
+        policy.observe(stats)
+        emitted[rid] += stats.emitted_tokens
+
+
 def test_a_paid_draft_cache_fill_is_sunk_and_one_near_a_requests_end_is_not_paid():
     """At batch 2 the draft model accepts all 4 of its tokens and a lookup 1: the draft model makes about 170
     tokens/s against 150 for lookups, but with each request's 640-token prompt fill spread over its 48 tokens
@@ -583,12 +595,7 @@ def test_a_paid_draft_cache_fill_is_sunk_and_one_near_a_requests_end_is_not_paid
                 policy.overridden(rid, first_draft)
             elif step > 100:
                 late.append((rows[b] % 4 == 3, configs[b].method))
-        for rid, config in zip(ids, configs):
-            accepted = min(config.k if config.method == "draft" else 1, length - emitted[rid] - 1)
-            stats = step_stats(config, accepted, step=step, request_id=rid, batch_size=batch,
-                               finished=emitted[rid] + accepted + 1 >= length)
-            policy.observe(stats)
-            emitted[rid] += stats.emitted_tokens
+        _observe_step(policy, ids, configs, emitted, length, step)
     filled = [method for near_end, method in late if not near_end]
     assert filled.count("draft") >= 0.9 * len(filled)
     near_end = [method for near_end, method in late if near_end]
@@ -624,12 +631,7 @@ def test_a_request_with_an_empty_draft_cache_does_not_join_a_draft_model_that_lo
                 policy.overridden(rid, started)
             elif step > steps // 2:
                 late.append(configs[b].method)
-        for rid, config in zip(ids, configs):
-            accepted = min(config.k if config.method == "draft" else 1, length - emitted[rid] - 1)
-            stats = step_stats(config, accepted, step=step, request_id=rid, batch_size=batch,
-                               finished=emitted[rid] + accepted + 1 >= length)
-            policy.observe(stats)
-            emitted[rid] += stats.emitted_tokens
+        _observe_step(policy, ids, configs, emitted, length, step)
     work = policy._workloads["w"]
     priced = {unfilled: [policy._price_group(work, batch, 1024 // 64, i, 10**6, unfilled).score for i in (0, 1)]
               for unfilled in (0.0, 1 / length, batch / length)}
