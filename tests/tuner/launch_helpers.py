@@ -8,9 +8,11 @@ import time
 from pathlib import Path
 
 
-def interrupt_and_check_server_gone(proc: subprocess.Popen[str], server_pid: int, timeout_s: float) -> None:
-    """Send the launch CLI what Ctrl-C sends; it must exit 0 and llama-server (``server_pid``) must be gone."""
-    proc.send_signal(signal.SIGINT)
+def interrupt_and_check_server_gone(proc: subprocess.Popen[str], server_pid: int, timeout_s: float,
+                                    signum: int = signal.SIGINT) -> None:
+    """Send the launch CLI ``signum`` (Ctrl-C's by default); it must exit 0 and llama-server (``server_pid``) must
+    be gone."""
+    proc.send_signal(signum)
     assert proc.wait(timeout=timeout_s) == 0
     deadline = time.monotonic() + timeout_s
     while Path(f"/proc/{server_pid}").exists() and time.monotonic() < deadline:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +69,8 @@ def test_an_unknown_model_is_named(tmp_path):
 
 
 @pytest.mark.llamacpp
-def test_launch_serves_until_interrupted_and_leaves_no_process():
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
+def test_launch_serves_until_interrupted_and_leaves_no_process(signum):
     spectune = Path(sys.executable).parent / "spectune"
     proc = subprocess.Popen([str(spectune), "engine", "launch", "llama.cpp", "--model", "smollm2-135m",
                              "--config", '{"method": "ngram", "k": 8, "min_n": 3, "max_n": 3}'],
@@ -81,7 +83,7 @@ def test_launch_serves_until_interrupted_and_leaves_no_process():
         command = proc.stderr.readline()
         assert "--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 8" in command
         assert httpx.get(f"{url}/health", timeout=5).status_code == 200
-        interrupt_and_check_server_gone(proc, server_pid, timeout_s=30)
+        interrupt_and_check_server_gone(proc, server_pid, timeout_s=30, signum=signum)
     finally:
         if proc.poll() is None:
             proc.kill()

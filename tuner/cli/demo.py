@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import signal
 import sys
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Annotated
 import typer
 
 from tuner.cli.errors import fail
+from tuner.cli.signals import sigterm_interrupts
 
 
 def demo(
@@ -39,8 +39,7 @@ def demo(
 
     overrides = {"prompts": prompts, "max_tokens": max_tokens, "controller_s": controller_seconds, "trials": trials}
     plan = dataclasses.replace(QUICK if quick else FULL, **{k: v for k, v in overrides.items() if v is not None})
-    # SIGTERM stops the demo like Ctrl-C, so the services it started are stopped too
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    sigterm_interrupts()
     start = time.monotonic()
     try:
         run = run_demo(plan, out, db, progress)

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from tuner.cli.errors import UsageError, user_errors
+from tuner.cli.signals import sigterm_interrupts
 
 engines_app = typer.Typer(help="Install the external engines spectune can steer.", no_args_is_help=True)
 engine_app = typer.Typer(help="Run an engine: spectune's own server or an external one.", no_args_is_help=True)
@@ -108,6 +109,7 @@ def launch(
     if dry_run:
         print(shlex.join(server_command(default_install().server, options, port or free_port(), flags)))
         return
+    sigterm_interrupts()
     try:
         find_llama_server()
         adapter.apply(workload or "default", spec, extension)
@@ -166,6 +168,7 @@ def tune(
             url = database.url.render_as_string(hide_password=False)
         adapter = LlamaCppEngine(ServerOptions(model=resolve_gguf(model, "--model"), threads=threads),
                                  draft_model=resolve_gguf(draft, "--draft") if draft else None)
+    sigterm_interrupts()
     try:
         find_llama_server()
         result = tune_llamacpp(adapter, workload, workload_prompts(workload, prompts), storage_url=url,
