@@ -224,9 +224,10 @@ def decode_seconds(engine, requests) -> tuple[dict, float]:
 
 def live_check(groups: dict, cost, models: Models) -> list[dict]:
     """Each cell's replay prediction against a live run. The host's speed drifts between calibration and the live
-    run, so the forwards are also timed again right before and after each live run, at the batch sizes up to its
-    own (``tuner.calibrate.retime``), and the same replay (the policy still built on the calibrated model, so it decides
-    the same) is priced with each; "predicted now" is the mean of the two."""
+    run, so the forwards, the step overhead and the n-gram lookup are also timed again right before and after each
+    live run, at the batch sizes up to its own (``tuner.calibrate.retime``), and the same replay (the policy still
+    built on the calibrated model, so it decides the same) is priced with each; "predicted now" is the mean of the
+    two."""
     from engine.engine import Request, SpecEngine
     from engine.sampling import SamplingParams
     from policies.registry import build_policy

@@ -118,6 +118,11 @@ def time_ngram(context: int, warmup: int, repeats: int) -> float:
     return _median_s(lambda: ngram_candidates(tokens, 8, 1, 4), warmup, repeats)
 
 
+def _slowest_ngram_s(contexts: Sequence[float], grid: Grid) -> float:
+    """The n-gram lookup's seconds at the longest of ``contexts`` (a lookup never gets cheaper with more context)."""
+    return max(time_ngram(int(c), grid.warmup, max(grid.repeats, 5)) for c in contexts)
+
+
 def time_step_overhead(target: LoadedModel, batch_sizes: Sequence[int], grid: Grid) -> tuple[float, ...]:
     """Per batch size, seconds an engine step spends outside the target forward (see the module docstring)."""
     from engine.engine import Request, SpecEngine
@@ -186,9 +191,10 @@ def retime(cost: CostModel, target: LoadedModel, draft: LoadedModel | None, batc
            grid: Grid = Grid(warmup=1, repeats=3)) -> CostModel:
     """``cost`` with its target and draft grids measured again now, at the grids' batch sizes up to ``batch`` (a
     batch shrinks as its requests finish, and a replay at ``batch`` prices those tail steps at their own size), the
-    grids' token counts and context lengths, and its heads at their row counts. A shared CPU's speed drifts by
-    10-30% within an hour, so checking a replay's prediction against a live run needs the forwards priced as the
-    host runs them around the live run; this is calibration's timing, restricted to what that live run can use."""
+    grids' token counts and context lengths, its heads at their row counts, and the engine's step overhead and the
+    n-gram lookup (both run in Python, whose speed is the host's too). A shared CPU's speed drifts by 10-30% within
+    an hour, so checking a replay's prediction against a live run needs the engine priced as the host runs it around
+    the live run; this is calibration's timing, restricted to what that live run can use."""
     def up_to_batch(loaded: LoadedModel, measured: ForwardGrid) -> ForwardGrid:
         sizes = [int(b) for b in measured.batch_sizes if b <= batch] or [batch]
         contexts = [int(c) for c in measured.context_lens]
@@ -202,8 +208,11 @@ def retime(cost: CostModel, target: LoadedModel, draft: LoadedModel | None, batc
             measured = getattr(cost, name)
             if loaded is not None and measured is not None:
                 heads[name] = measure_head(loaded, [int(r) for r in measured.tokens], grid)
-    overhead = tuple(cost.overhead_s(int(b)) for b in target_grid.batch_sizes) if cost.step_overhead_s else ()
-    return cost.model_copy(update={"target": target_grid, "draft": draft_grid, "step_overhead_s": overhead, **heads})
+        overhead = time_step_overhead(target, [int(b) for b in target_grid.batch_sizes], grid) \
+            if cost.step_overhead_s else ()
+    ngram_s = _slowest_ngram_s(target_grid.context_lens, grid)
+    return cost.model_copy(update={"target": target_grid, "draft": draft_grid, "step_overhead_s": overhead,
+                                   "ngram_s": ngram_s, **heads})
 
 
 def calibrate(target: LoadedModel, draft: LoadedModel | None, grid: Grid = FULL, progress: bool = False,
@@ -221,7 +230,7 @@ def calibrate(target: LoadedModel, draft: LoadedModel | None, grid: Grid = FULL,
             draft_grid = measure_grid(draft, grid.batch_sizes, grid.draft_tokens, grid.context_lens, grid,
                                       lambda: bar.update(1))
             draft_head = measure_head(draft, grid.head_rows, grid)
-    ngram_s = max(time_ngram(c, grid.warmup, max(grid.repeats, 5)) for c in grid.context_lens)
+    ngram_s = _slowest_ngram_s(grid.context_lens, grid)
     with torch.no_grad():
         overhead = time_step_overhead(target, grid.batch_sizes, grid)
     identity = EngineIdentity(target=model_identity(target), draft=model_identity(draft) if draft else None,

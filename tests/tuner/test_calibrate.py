@@ -91,11 +91,12 @@ def test_calibrate_cli_errors(tiny_dir, tmp_path, args, message):
     assert last.startswith("error: ") and message in last
 
 
-def test_retime_measures_the_grids_again_up_to_the_live_batch_size(models):
+def test_retime_measures_the_grids_and_the_overhead_again_up_to_the_live_batch_size(models):
     target, draft = models
     cost = calibrate(target, draft, QUICK)
     seconds = tuple(tuple(tuple(s * 1000 for s in col) for col in row) for row in cost.target.seconds)
-    stale = cost.model_copy(update={"target": cost.target.model_copy(update={"seconds": seconds})})
+    stale = cost.model_copy(update={"target": cost.target.model_copy(update={"seconds": seconds}),
+                                    "step_overhead_s": (10.0, 20.0), "ngram_s": 10.0})
     now = retime(stale, target, draft, 2, QUICK)
     # a batch of 2 shrinks to 1 as its requests finish, so both sizes are timed again
     assert now.target.batch_sizes == (1, 2) and now.draft.batch_sizes == (1, 2)
@@ -104,6 +105,8 @@ def test_retime_measures_the_grids_again_up_to_the_live_batch_size(models):
     assert now.target(1, 1, 16) < stale.target(1, 1, 16) / 100  # measured again, not copied
     assert now.target(2, 1, 16) < stale.target(2, 1, 16) / 100
     assert now.verify_s(2, 4, 24, 3) == now.target(2, 2, 24) + now.target_head(1, 3, 0)
-    assert now.step_overhead_s == (cost.overhead_s(1), cost.overhead_s(2))
+    # the engine's step overhead and the n-gram lookup are timed again too (on a tiny model, well under a second)
+    assert len(now.step_overhead_s) == 2 and all(0 <= s < 1 for s in now.step_overhead_s)
+    assert 0 < now.ngram_s < 1
     assert now.target_head.tokens == cost.target_head.tokens and now.target_head != cost.target_head
     assert retime(stale, target, draft, 1, QUICK).target.batch_sizes == (1,)
