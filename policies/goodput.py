@@ -140,7 +140,7 @@ class GoodputOptions(PolicyOptions):
     refresh_every: int = Field(default=32, ge=1)  # observations between re-evaluations of a cached choice
     margin: float = Field(default=0.02, ge=0.0)  # speculation must beat off by this fraction
     # Suffix-match lengths at which a separate acceptance estimate starts (``DecisionContext.suffix_match``);
-    # empty: one estimate per workload.
+    # empty (``match_buckets=none`` in a SPEC): one estimate per workload.
     match_buckets: IntList = (1, 2, 4, 8)
     max_batch_size: int | None = None
 
@@ -157,6 +157,11 @@ class GoodputOptions(PolicyOptions):
         if not ks or any(k < 1 or k > MAX_DEPTH for k in ks):
             raise ValueError(f"every k must be between 1 and {MAX_DEPTH}")
         return tuple(sorted(set(ks)))
+
+    @field_validator("match_buckets", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: object) -> object:
+        return () if isinstance(value, str) and value.lower() == "none" else value
 
     @field_validator("match_buckets")
     @classmethod
@@ -286,6 +291,7 @@ class _Choice:
     best: _Priced
     probes: list[tuple[int, SpecConfig, float, bool]]
     starts_draft: bool  # whether a request whose draft cache is empty may start the draft model (``_evaluate``)
+    without_draft: SpecConfig  # the batch's config for such a request where it may not (without suffix-match buckets)
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,7 +419,8 @@ class GoodputPolicy(Policy):
                     return self._commit(config, work.table.fill)
         match = self._match_bucket(ctx)
         if match is None:
-            return self._commit(best.config, work.table.fill)
+            return self._commit(best.config if choice.starts_draft or not cold else choice.without_draft,
+                                work.table.fill)
         deviation = work.deviations.get((batch, match))
         # re-priced with the batch's choice, or else on its first use in a decision that did not re-price the batch's
         if deviation is None or deviation.against is not best.config or \
@@ -546,7 +553,8 @@ class GoodputPolicy(Policy):
         per_group = [self._price_group(work, batch, bucket, i, epoch, unfilled) for i in range(len(self.groups))]
         # a group that never ran is only probed: its estimates are still the prior
         winner = max((p for p in per_group if work.runs[p.group]), key=lambda p: p.score, default=off)
-        best = winner if winner.score > off.score * (1.0 + self.options.margin) else off
+        threshold = off.score * (1.0 + self.options.margin)  # what speculation must beat
+        best = winner if winner.score > threshold else off
         budget = self.options.probe_budget
         # a group that never ran but looks at least as good as the choice, draft-cache fills included, is probed
         # without waiting for the probing request's fill to pay off: the fill buys its first estimate
@@ -555,21 +563,22 @@ class GoodputPolicy(Policy):
                                              if p.optimistic >= best.score else 1.0)),
                    not work.runs[p.group] and p.score >= best.score)
                   for p in per_group if p is not best]
-        starts_draft = best.config.method != "draft" or self._draft_pays_for_fills(work, batch, bucket, epoch, off,
-                                                                                      per_group)
-        return _Choice(epoch, unfilled, best, probes, starts_draft)
+        if best.config.method != "draft":
+            return _Choice(epoch, unfilled, best, probes, True, best.config)
+        # the best config without the draft model, for a request whose draft cache is empty where it does not pay
+        rest = max((p for p in per_group if work.runs[p.group] and self.groups[p.group].method != "draft"),
+                   key=lambda p: p.score, default=off)
+        if rest.score <= threshold:
+            rest = off
+        starts_draft = self._draft_pays_for_fills(work, batch, bucket, epoch, max(rest.score, threshold))
+        return _Choice(epoch, unfilled, best, probes, starts_draft, rest.config)
 
-    def _draft_pays_for_fills(self, work: _Workload, batch: int, bucket: int, epoch: int, off: _Priced,
-                              per_group: list[_Priced]) -> bool:
+    def _draft_pays_for_fills(self, work: _Workload, batch: int, bucket: int, epoch: int, rest: float) -> bool:
         """Whether the draft model, with every row's fill spread over the expected output (what it costs once every
-        request runs it), beats off by the margin and every other group that has run."""
+        request runs it), beats ``rest``: off's score with the margin and every other group's that has run."""
         steady = batch / max(work.horizon(), 1)
-        ran = [i for i in range(len(self.groups)) if work.runs[i]]
-        drafting = max((self._price_group(work, batch, bucket, i, epoch, steady).score for i in ran
-                        if self.groups[i].method == "draft"), default=0.0)
-        rest = max([off.score * (1.0 + self.options.margin)]
-                   + [per_group[i].score for i in ran if self.groups[i].method != "draft"])
-        return drafting > rest
+        return max((self._price_group(work, batch, bucket, i, epoch, steady).score for i in range(len(self.groups))
+                    if work.runs[i] and self.groups[i].method == "draft"), default=0.0) > rest
 
     def _batch_acceptance(self, work: _Workload, group: _Group) -> tuple[list[float], float, int]:
         """E[a] by depth, the n-gram fill (1 for a draft model) and the depth reach of ``group`` for a typical

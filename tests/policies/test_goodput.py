@@ -602,15 +602,17 @@ def test_a_paid_draft_cache_fill_is_sunk_and_one_near_a_requests_end_is_not_paid
     assert near_end and near_end.count("draft") <= 0.2 * len(near_end)
 
 
-def test_a_request_with_an_empty_draft_cache_does_not_join_a_draft_model_that_loses_with_every_fill_paid():
+@pytest.mark.parametrize("match_buckets", [GoodputOptions().match_buckets, ()], ids=["buckets", "no-buckets"])
+def test_a_request_with_an_empty_draft_cache_does_not_join_a_draft_model_that_loses_with_every_fill_paid(
+        match_buckets):
     """Four rows 12 tokens apart in their 96-token requests run the draft model with their caches filled (the
     engine started them on it). It accepts all 4 of its tokens, a lookup 1: with every cache filled the batch makes
     about 264 tokens/s drafting against 232 looking up, but with each request's 512-token prompt fill spread over its
     output only about 203. A request joining beside rows whose fills are paid pays only its own fill (about 245), so
     with sunk fills alone each newcomer joined and the batch drafted on in 99% of decisions; a newcomer now starts the
     draft model only where it wins with every request paying its fill, so the rows move to lookups as they are
-    replaced."""
-    policy = GoodputPolicy(linear_cost(), GoodputOptions(ks=(2, 4)))
+    replaced. Without suffix-match buckets, the newcomer takes the batch's best config without the draft model."""
+    policy = GoodputPolicy(linear_cost(), GoodputOptions(ks=(2, 4), match_buckets=match_buckets))
     batch, length, steps = 4, 96, 600
     emitted = {f"r{b}-0": 12 * b for b in range(batch)}
     rows = [0] * batch

@@ -36,6 +36,8 @@ def test_lists_and_wrappers():
     assert inner.options.trees == (TreeShape(), TreeShape(branching=(2, 2)))
     assert [a.label() for a in build_policy("bandit:methods=ngram,ks=3,off=false").arms] == ["ngram k=3 chain n=1..4"]
     assert isinstance(build_policy("bandit"), BanditPolicy)
+    assert build_policy("goodput:match_buckets=none", COST).options.match_buckets == ()
+    assert build_policy("goodput:match_buckets=2+8", COST).options.match_buckets == (2, 8)
 
 
 @pytest.mark.parametrize(("spec", "message"), [
