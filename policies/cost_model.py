@@ -53,7 +53,7 @@ class EngineIdentity(BaseModel):
     device: str = "cpu"
 
 
-def _isotonic(values: np.ndarray) -> np.ndarray:
+def isotonic(values: np.ndarray) -> np.ndarray:
     """Least-squares non-decreasing fit of a sequence (pool adjacent violators, equal weights)."""
     sums: list[float] = []
     counts: list[int] = []
@@ -117,7 +117,7 @@ class ForwardGrid(BaseModel):
         values = np.array(self.seconds, dtype=float)
         for _ in range(MONOTONE_SWEEPS):
             for axis in range(3):
-                values = np.apply_along_axis(_isotonic, axis, values)
+                values = np.apply_along_axis(isotonic, axis, values)
         for axis in range(3):
             values = np.maximum.accumulate(values, axis=axis)
         return self.model_copy(update={"seconds": tuple(tuple(tuple(float(x) for x in col) for col in row)

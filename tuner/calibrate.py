@@ -10,8 +10,10 @@ What is timed is what the engine runs each step, through the same code (``engine
   the tokens a catch-up feeds);
 - n-gram: one ``ngram_candidates`` lookup over a ``context``-token sequence;
 - the step overhead: an engine step (``SpecEngine.step``, speculation off) minus the target forward step above at the
-  same batch size, in pairs timed back to back (median of the pairs' differences). It is what the engine spends
-  outside its forwards: choosing configs, building the tree mask, accepting, emitting, statistics.
+  same batch size, in pairs timed back to back (median of the pairs' differences), fitted to be non-decreasing in the
+  batch size as the forwards are (a difference of two noisy times is noisier still: the first calibration on the
+  bf16 host read 2.1 ms at batch 1 and 0.6 ms at batch 2). It is what the engine spends outside its forwards:
+  choosing configs, building the tree mask, accepting, emitting, statistics.
 
 Timings on a shared CPU drift by 10-30% within minutes, and a grid timed point after point (all repeats of one
 point, then the next) lets that drift masquerade as cost structure: we measured a 1-token verify dearer than a
@@ -36,7 +38,7 @@ from engine.drafters.ngram import ngram_candidates
 from engine.kv import BatchKV, Nodes
 from engine.models import hardware_fingerprint, model_identity
 from engine.models.loaded import LoadedModel
-from policies.cost_model import CostModel, EngineIdentity, ForwardGrid, uniform_grid
+from policies.cost_model import CostModel, EngineIdentity, ForwardGrid, isotonic, uniform_grid
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,7 @@ def time_step_overhead(target: LoadedModel, batch_sizes: Sequence[int], grid: Gr
             if pair >= grid.warmup:
                 differences.append(step_s - (time.perf_counter() - start))
         out.append(max(0.0, statistics.median(differences)))
-    return tuple(out)
+    return tuple(float(s) for s in isotonic(np.array(out)))
 
 
 def _time_rounds(steps: dict[tuple[int, int, int], Callable[[], None]], grid: Grid,
