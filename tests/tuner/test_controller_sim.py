@@ -300,3 +300,17 @@ def test_the_estimator_prices_draft_cache_fills_from_the_prompt_lengths_its_step
         return estimator.score("w", draft, 1, 256)
 
     assert draft_score(200) < 0.95 * draft_score(0)  # a step that does not say its prompt length prices no fill
+
+
+def test_the_estimator_keeps_one_estimate_per_workload():
+    # steps reach the controller without a suffix match, so per-bucket tables would all be bucket 0's
+    estimator = Estimator(build_estimator("goodput:methods=ngram", COST))
+    ngram = SpecConfig(method="ngram", k=2)
+    for step in range(1, 20):
+        estimator.observe(StepStats(step, "r", "w", 1, 100 + step, "ngram", 2, 2, 1, (1, 0), 2, 3, 3, 0.0, 0.03,
+                                    float(step)), ngram)
+    assert estimator.policy.options.match_buckets == ()
+    assert not estimator.policy._workload("w").matched
+    with pytest.raises(ValueError, match="match_buckets does not apply to the controller"):
+        build_estimator("goodput:match_buckets=2+8", COST)
+    assert build_estimator("goodput:match_buckets=none", COST).options.match_buckets == ()

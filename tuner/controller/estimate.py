@@ -44,6 +44,12 @@ def build_estimator(spec: str, cost_model: CostModel) -> GoodputPolicy:
     parsed = PolicySpec.parse(spec)
     if parsed.name != "goodput":
         raise ValueError(f"policy {parsed.name!r}: the controller prices configs with goodput; give goodput[:...]")
+    if parsed.options.get("match_buckets", "none").lower() != "none":
+        # Steps reach the controller without the suffix match a deciding policy saw, and the configs it applies are
+        # static (no request deviates by bucket), so the workload's own estimate is unbiased and buckets would be empty
+        raise ValueError("policy goodput: match_buckets does not apply to the controller (its steps carry no suffix "
+                         "match); leave it out")
+    parsed = PolicySpec(parsed.name, {**parsed.options, "match_buckets": "none"}, parsed.text)
     if cost_model.draft is None and "methods" not in parsed.options:
         # a cost model calibrated without a draft model can only price n-gram speculation
         parsed = PolicySpec(parsed.name, {**parsed.options, "methods": "ngram"}, parsed.text)
