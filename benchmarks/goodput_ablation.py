@@ -38,7 +38,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 
 from policies.registry import build_policy  # noqa: E402
 from tuner.controller.estimate import Estimator, build_estimator  # noqa: E402
-from tuner.replay import prepare, replay_cell  # noqa: E402
+from tuner.replay import filled, prepare, replay_cell  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TARGET_RATIO = 0.97  # goodput >= 0.97x the per-cell oracle
@@ -106,7 +106,7 @@ def pricing(spec: str, cost, bench, groups: dict, rounds: int) -> None:
     errors: dict[str, list[float]] = {"draft": [], "ngram": []}
     for workload in bench.WORKLOADS:
         for batch in bench.BATCH_SIZES:
-            traces = prepare(bench.repeat(groups[workload], max(len(groups[workload]), rounds * batch)))
+            traces = filled(groups[workload], batch, rounds)
             off = replay_cell(traces, build_policy("static", cost), cost, batch, "static").tokens_per_s
             line = []
             for static in configs:

@@ -105,27 +105,17 @@ def cost_model(models: Models):
     return cost
 
 
-def repeat(traces: list, n: int, workload: str | None = None) -> list:
-    """``n`` requests cycling through ``traces``; copies get distinct request ids (and ``workload`` if given)."""
-    out = []
-    for i in range(n):
-        t = traces[i % len(traces)]
-        update = {"request_id": f"{t.request_id}#{i // len(traces)}"}
-        if workload is not None:
-            update["workload"] = workload
-        out.append(t.model_copy(update=update))
-    return out
-
-
 def mixed(groups: dict[str, list], batch_size: int) -> list:
     """Phases of 2B requests of one workload at a time, cycling through the workloads; all labelled 'mixed' so a
     policy has to notice the shift from the statistics alone."""
+    from tuner.replay import repeated
+
     phase = max(2 * batch_size, 4)
     out = []
     for cycle in range(MIXED_CYCLES):
         for workload in WORKLOADS:
-            for t in repeat(groups[workload], phase, "mixed"):
-                out.append(t.model_copy(update={"request_id": f"{workload}/{t.request_id}/{cycle}"}))
+            for t in repeated(groups[workload], phase, "mixed"):
+                out.append(t.renamed(f"{workload}/{t.trace.request_id}/{cycle}"))
     return out
 
 
@@ -135,7 +125,10 @@ def rotated(groups: dict[str, list], order: int) -> dict[str, list]:
 
 
 def cells_for(groups: dict[str, list], waves: int) -> dict[tuple[str, int], list]:
-    cells = {(w, b): repeat(groups[w], max(len(groups[w]), waves * b)) for w in WORKLOADS for b in BATCH_SIZES}
+    from tuner.replay import filled, prepare
+
+    groups = {w: prepare(traces) for w, traces in groups.items()}  # every cell shares each request's lookups
+    cells = {(w, b): filled(groups[w], b, waves) for w in WORKLOADS for b in BATCH_SIZES}
     cells.update({("mixed", b): mixed(groups, b) for b in BATCH_SIZES})
     return cells
 

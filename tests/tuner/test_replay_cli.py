@@ -47,11 +47,23 @@ def test_json_cells(files):
     assert static["config"] == "draft k=4 chain"
     # per request: p=0 accepts 3 of 4, p=4 accepts 4 of 4, p=9 has one token left and drafts nothing
     assert static["mean_acceptance_length"] == pytest.approx(1 + 7 / 2)
-    assert static["steps"] == 9  # batch 1: three requests one after another
+    # batch 1: a cell replays 8 batches' worth, the 3 requests cycled: 8 requests of 3 steps one after another
+    assert (static["requests"], static["steps"]) == (8, 24)
     by_key = {(c["workload"], c["batch_size"], c["policy"]): c for c in cells}
     for w in ("code", "prose"):
         for b in (1, 2):
             assert by_key[(w, b, "oracle")]["tokens_per_s"] >= by_key[(w, b, "static:method=draft,k=4")]["tokens_per_s"]
+
+
+def test_a_cell_at_batch_size_b_runs_b_requests_together(files):
+    traces, cost = files
+    result = replay("--traces", str(traces / "code.jsonl"), "--cost-model", str(cost), "--policy", "static",
+                    "--batch-sizes", "1,3,16", "--waves", "1", "--json")
+    assert result.exit_code == 0, result.stderr
+    cells = {c["batch_size"]: c for c in json.loads(result.stdout)["cells"]}
+    # the 3 recorded requests are repeated up to one batch at 16; each takes 10 steps off
+    assert [(cells[b]["requests"], cells[b]["steps"]) for b in (1, 3, 16)] == [(3, 30), (3, 10), (16, 10)]
+    assert cells[16]["tokens_per_s"] > 3 * cells[3]["tokens_per_s"]
 
 
 def test_table(files):
@@ -66,6 +78,7 @@ def test_table(files):
     (["--batch-sizes", "0", "--policy", "static"], "error: --batch-sizes: '0' must list batch sizes of at least 1"),
     ([], "error: --policy: give at least one policy SPEC (or --oracle)"),
     (["--policy", "magic"], "error: policy 'magic': unknown"),
+    (["--policy", "static", "--waves", "0"], "Usage:"),
     (["--policy", "static:k=99"], "error: policy static: k: Input should be less than or equal to 32"),
     (["--policy", "static:method=draft,k=2,top_k=2,budget=4"], "error: config 'draft k=2 topk=2,budget=4': dynamic"),
 ])

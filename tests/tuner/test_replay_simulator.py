@@ -9,7 +9,17 @@ from engine.policy import DecisionContext
 from engine.stats import StepStats
 from policies.static import StaticPolicy
 from tests.policies.synthetic import linear_cost, make_trace
-from tuner.replay import ReplayError, check_identity, oracle_cell, replay_all, replay_cell, static_grid
+from tuner.replay import (
+    ReplayError,
+    check_identity,
+    filled,
+    oracle_cell,
+    prepare,
+    repeated,
+    replay_all,
+    replay_cell,
+    static_grid,
+)
 
 COST = linear_cost()
 PROMPT = tuple(range(100, 170))  # 70 tokens: contexts stay inside the cost grid
@@ -182,3 +192,17 @@ def test_replay_all_gives_one_cell_per_workload_batch_and_policy():
         (w, b, p) for w in ("code", "prose") for b in (1, 4) for p in (*policies, "oracle")]
     static = cells[0]
     assert static.config == "draft k=2 chain" and static.steps > 0
+
+
+def test_a_cell_is_filled_with_copies_that_replay_as_recorded():
+    traces = [make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS, request_id=str(i)) for i in range(2)]
+    cell = filled(traces, 3, waves=2)
+    assert [t.trace.request_id for t in cell] == ["0#0", "1#0", "0#1", "1#1", "0#2", "1#2"]
+    assert [t.trace.request_id for t in filled(prepare(traces), 1, waves=2)] == ["0", "1"]  # enough already
+    static = StaticPolicy(SpecConfig(method="draft", k=2))
+    alone = replay_cell(traces[:1], static, COST, 1, "static")
+    copies = replay_cell(repeated(traces[:1], 3), static, COST, 1, "static")
+    assert (copies.steps, copies.accepted_tokens, copies.requests) == (3 * alone.steps, 3 * alone.accepted_tokens, 3)
+    assert copies.tokens_per_s == pytest.approx(alone.tokens_per_s)
+    # at batch 3 the copies decode together: three rows per step
+    assert replay_cell(repeated(traces[:1], 3), static, COST, 3, "static").steps == alone.steps

@@ -105,6 +105,13 @@ def test_search_finds_a_batch_size_split(tmp_path: Path) -> None:
     assert [b.batch_size for b in profile.measurements.buckets] == [1, 16]
 
 
+def test_a_batch_size_above_the_recorded_requests_is_scored_at_that_batch_size() -> None:
+    mine = [t for t in TRACES if t.workload == "copy"]
+    off = Candidate(SpecConfig())
+    at = {b: ReplayScorer(mine, linear_cost(), {b: 1.0}).score(off).tokens_per_s for b in (len(mine), 16)}
+    assert at[16] > 2 * at[len(mine)]  # 16 rows share each step, not the few recorded requests
+
+
 def test_batch_mix_weights_the_buckets() -> None:
     cost = linear_cost()
     mine = [t for t in TRACES if t.workload == "copy"]

@@ -49,11 +49,11 @@ def _print_table(cells: list[CellResult]) -> None:
 
     table = Table(title="replay: decode tokens/s per workload and batch size")
     for name, justify in (("workload", "left"), ("batch", "right"), ("policy", "left"), ("tokens/s", "right"),
-                          ("mean acc. len", "right"), ("steps", "right"), ("config", "left")):
+                          ("mean acc. len", "right"), ("steps", "right"), ("requests", "right"), ("config", "left")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for c in cells:
         table.add_row(c.workload, str(c.batch_size), c.policy, f"{c.tokens_per_s:.2f}",
-                      f"{c.mean_acceptance_length:.2f}", str(c.steps), c.config)
+                      f"{c.mean_acceptance_length:.2f}", str(c.steps), str(c.requests), c.config)
     Console(width=None if sys.stdout.isatty() else 160).print(table)  # pipes and logs get a readable width
 
 
@@ -67,6 +67,9 @@ def replay(
                                                     )] = None,
     oracle: Annotated[bool, typer.Option("--oracle", help="Also grid-search static configs per cell.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object with a list of cells.")] = False,
+    waves: Annotated[int, typer.Option("--waves", min=1, help="A cell at batch size B replays at least WAVES x B "
+                                       "requests, the recorded ones repeated, so that B really decode together.")
+                     ] = 8,  # tuner.replay.WAVES, not imported here: --help stays fast
 ) -> None:
     """Replay recorded traces through policies with continuous batching; print tokens/s and mean acceptance length
     per (workload, batch size)."""
@@ -78,7 +81,7 @@ def replay(
         if not policy and not oracle:
             raise UsageError("--policy: give at least one policy SPEC (or --oracle)")
         cost = load_cost_model(cost_model)
-        cells = replay_all(load_traces(traces), policy or [], cost, sizes, oracle=oracle)
+        cells = replay_all(load_traces(traces), policy or [], cost, sizes, oracle=oracle, waves=waves)
     if as_json:
         print(json.dumps({"cells": [c.to_dict() for c in cells]}, indent=1))
     else:

@@ -61,12 +61,11 @@ def acceptance_curves(traces: dict[str, list[Trace]], k: int) -> list[Acceptance
 
 def throughput_curves(traces: dict[str, list[Trace]], cost: CostModel, ks: Sequence[int],
                       batch_sizes: Sequence[int]) -> list[ThroughputCurve]:
-    """Per workload, off and each method's chain at every k, at every batch size. A workload with fewer traces than
-    the batch size has them repeated, so batch size B always means B requests decoding together."""
+    """Per workload, off and each method's chain at every k, at every batch size (``ReplayScorer`` repeats the
+    traces, so batch size B always means B requests decoding together)."""
     curves = []
     for workload, group in traces.items():
-        filled = list(group) * -(-max(batch_sizes) // len(group))
-        scorer = ReplayScorer(filled, cost, {b: 1.0 for b in batch_sizes})
+        scorer = ReplayScorer(group, cost, {b: 1.0 for b in batch_sizes})
         off = _by_batch(scorer, OFF)
         curves += [ThroughputCurve(workload, "off", b, (0,), (off[b],)) for b in batch_sizes]
         for method in methods_of(group):

@@ -8,16 +8,17 @@ from policies.cost_model import CostModel
 from policies.registry import PolicySpec, build_policy
 from tuner.replay.oracle import oracle_cell, static_grid
 from tuner.replay.outcome import Outcome, ReplayError, ReplayTrace
-from tuner.replay.simulator import CellResult, check_identity, prepare, replay_cell
+from tuner.replay.simulator import WAVES, CellResult, check_identity, filled, prepare, repeated, replay_cell
 from tuner.traces import Trace, by_workload
 
-__all__ = ["CellResult", "Outcome", "ReplayError", "ReplayTrace", "check_identity", "oracle_cell", "prepare",
-           "replay_all", "replay_cell", "static_grid"]
+__all__ = ["WAVES", "CellResult", "Outcome", "ReplayError", "ReplayTrace", "check_identity", "filled", "oracle_cell",
+           "prepare", "repeated", "replay_all", "replay_cell", "static_grid"]
 
 
 def replay_all(traces: list[Trace], policies: Sequence[str], cost: CostModel, batch_sizes: Sequence[int],
-               oracle: bool = False) -> list[CellResult]:
-    """One cell per (workload, batch size, policy) with a fresh policy each, plus the oracle per cell if asked."""
+               oracle: bool = False, waves: int = WAVES) -> list[CellResult]:
+    """One cell per (workload, batch size, policy) with a fresh policy each, plus the oracle per cell if asked; a
+    cell replays at least ``waves`` batches' worth of requests (``filled``)."""
     specs = [PolicySpec.parse(p) for p in policies]
     for spec in specs:
         build_policy(spec, cost)  # fail on a bad spec before any replay work
@@ -26,8 +27,9 @@ def replay_all(traces: list[Trace], policies: Sequence[str], cost: CostModel, ba
     for group in by_workload(traces).values():
         group = prepare(group)
         for batch_size in batch_sizes:
+            cell = filled(group, batch_size, waves)
             for spec in specs:
-                cells.append(replay_cell(group, build_policy(spec, cost), cost, batch_size, spec.text))
+                cells.append(replay_cell(cell, build_policy(spec, cost), cost, batch_size, spec.text))
             if oracle:
-                cells.append(oracle_cell(group, cost, batch_size)[0])
+                cells.append(oracle_cell(cell, cost, batch_size)[0])
     return cells

@@ -69,6 +69,16 @@ class ReplayTrace:
         self._lookups: dict[tuple[int, int, int], list[list[int]]] = {}
         self._suffix_matches: dict[int, int] = {}
 
+    def renamed(self, request_id: str, workload: str | None = None) -> ReplayTrace:
+        """This request again under another id (and workload): a copy that behaves exactly as recorded and shares
+        the prepared arrays and the lookups done so far, so repeating a request costs nothing to prepare."""
+        update = {"request_id": request_id} | ({"workload": workload} if workload is not None else {})
+        copy = object.__new__(ReplayTrace)
+        for slot in self.__slots__:
+            setattr(copy, slot, getattr(self, slot))
+        copy.trace = self.trace.model_copy(update=update)
+        return copy
+
     def suffix_match(self, p: int) -> int:
         """``suffix_match_len`` of the tokens before output position ``p``, as the engine computes it there."""
         found = self._suffix_matches.get(p)

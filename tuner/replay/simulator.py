@@ -2,7 +2,9 @@
 
 One cell = one workload at one batch size B: B requests run concurrently; when one finishes, the workload's next trace
 joins at the next step (the target's prefill is not priced: tokens/s is decode throughput; the draft model's cache
-starts empty and is filled by a request's first draft pass, as in the engine). Every step does what the engine does:
+starts empty and is filled by a request's first draft pass, as in the engine). Callers fill a cell with ``filled``:
+at least ``WAVES`` x B requests, the recorded ones repeated, so that B requests really decode together. Every step
+does what the engine does:
 
 1. for every running request, in admission order, ``policy.decide(DecisionContext(...))`` with ``batch_size`` = the
    running requests, ``context_len`` = prompt_len + p - 1 (the tokens in its KV cache: the root, the last emitted
@@ -35,6 +37,9 @@ from engine.stats import StepStats
 from policies.cost_model import CostModel
 from tuner.replay.outcome import Outcome, ReplayError, ReplayTrace
 from tuner.traces import Trace
+
+# batches' worth of requests a cell replays at least (``filled``): about 1/WAVES of a cell is its drain
+WAVES = 8
 
 
 @dataclass
@@ -120,6 +125,24 @@ def _draft_seconds(cost: CostModel, batch: int, context: int, running: list[_Run
 def prepare(traces: Iterable[Trace | ReplayTrace]) -> list[ReplayTrace]:
     """Traces ready for stepping; prepare once and pass the result to many cells to share n-gram lookups."""
     return [t if isinstance(t, ReplayTrace) else ReplayTrace(t) for t in traces]
+
+
+def repeated(traces: Sequence[Trace | ReplayTrace], count: int, workload: str | None = None) -> list[ReplayTrace]:
+    """``count`` requests cycling through ``traces`` in order, the n-th pass's copies renamed ``<id>#<n>`` (and
+    relabelled ``workload`` if given)."""
+    prepared = prepare(traces)
+    return [(t := prepared[i % len(prepared)]).renamed(f"{t.trace.request_id}#{i // len(prepared)}", workload)
+            for i in range(count)]
+
+
+def filled(traces: Sequence[Trace | ReplayTrace], batch_size: int, waves: int = WAVES) -> list[ReplayTrace]:
+    """The requests a cell at ``batch_size`` replays: the recorded ones, repeated in order up to ``waves`` batches'
+    worth where there are fewer. With fewer than B requests a cell would never run at batch size B, and with about
+    B its figure would be mostly the drain at its end, where requests that speculate finish unevenly and leave steps
+    of fewer rows (a server under load fills them with new requests)."""
+    if len(traces) >= waves * batch_size:
+        return prepare(traces)
+    return repeated(traces, waves * batch_size)
 
 
 def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost: CostModel, batch_size: int,

@@ -18,7 +18,7 @@ from engine.stats import StepStats
 from policies.cost_model import CostModel
 from storage.schemas import BucketMeasurement, Measurements
 from tuner.engines.base import EngineAdapter
-from tuner.replay import ReplayTrace, prepare, replay_cell
+from tuner.replay import WAVES, ReplayTrace, filled, prepare, replay_cell
 from tuner.traces import Trace
 from tuner.tuning.space import Candidate
 
@@ -96,20 +96,23 @@ class _ScheduledPolicy:
 
 
 class ReplayScorer:
-    """Scores candidates on one workload's traces at its batch-size mix; traces are prepared once."""
+    """Scores candidates on one workload's traces at its batch-size mix; each batch size's cell is filled once
+    (``tuner.replay.filled``: at least ``waves`` batches' worth of requests, the recorded ones repeated)."""
 
-    def __init__(self, traces: Sequence[Trace], cost: CostModel, mix: Mapping[int, float] | None) -> None:
+    def __init__(self, traces: Sequence[Trace], cost: CostModel, mix: Mapping[int, float] | None,
+                 waves: int = WAVES) -> None:
         if not traces:
             raise ValueError("traces: no traces for this workload")
-        self.traces: list[ReplayTrace] = prepare(traces)
         self.cost = cost
         self.mix = normalize_mix(mix)
+        prepared = prepare(traces)
+        self.cells: dict[int, list[ReplayTrace]] = {b: filled(prepared, b, waves) for b in self.mix}
 
     def score(self, candidate: Candidate) -> Score:
         buckets = []
-        for batch_size in self.mix:
+        for batch_size, cell_traces in self.cells.items():
             policy = _ScheduledPolicy(candidate)
-            cell = replay_cell(self.traces, policy, self.cost, batch_size, candidate.label())
+            cell = replay_cell(cell_traces, policy, self.cost, batch_size, candidate.label())
             buckets.append(Bucket(batch_size, cell.tokens_per_s, cell.mean_acceptance_length,
                                   _percentiles(policy.latency_ms, policy.tokens), cell.steps))
         return _combine(buckets, self.mix)
