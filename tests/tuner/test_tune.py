@@ -112,6 +112,16 @@ def test_a_batch_size_above_the_recorded_requests_is_scored_at_that_batch_size()
     assert at[16] > 2 * at[len(mine)]  # 16 rows share each step, not the few recorded requests
 
 
+def test_baselines_split_each_method_where_its_buckets_beat_off(tmp_path: Path) -> None:
+    """Here a draft model pays up to batch size 4 and loses above: the first trials, off and each method everywhere,
+    put the draft model's split at 4 at once, where a split guessed at the smallest batch size would be at 1."""
+    cost = linear_cost(base=0.02, per_token=0.002, draft_base=0.001)
+    mix = dict.fromkeys((1, 2, 4, 8, 16), 1.0)
+    result = tune("mixed", 5, storage_url=migrated_sqlite(tmp_path), traces=mixed_traces(), cost=cost, batch_mix=mix,
+                  seed=3, progress=False)
+    assert result.best[0]["label"] == "B<=4: draft k=4 chain; B>4: off"
+
+
 def test_batch_mix_weights_the_buckets() -> None:
     cost = linear_cost()
     mine = [t for t in TRACES if t.workload == "copy"]

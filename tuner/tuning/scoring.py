@@ -77,6 +77,13 @@ def _combine(buckets: list[Bucket], mix: dict[int, float]) -> Score:
                  p99_ms=sum(mix[b.batch_size] * b.latency_ms[2] for b in buckets))
 
 
+def spliced(low: Score, high: Score, split: int, mix: Mapping[int, float]) -> Score:
+    """About what a candidate running ``low`` up to batch size ``split`` and ``high`` above it scores, from their
+    buckets (about: a cell's drain at its end runs below its batch size, where the other config would apply)."""
+    buckets = [b for b in low.buckets if b.batch_size <= split] + [b for b in high.buckets if b.batch_size > split]
+    return _combine(buckets, dict(mix))
+
+
 class _ScheduledPolicy:
     """A candidate as a policy: the config in force at the step's batch size; records each step's latency."""
 

@@ -100,19 +100,19 @@ class SearchSpace:
 
 
     def baselines(self) -> list[dict[str, Any]]:
-        """Params of the first trials of a new study: off and each method at k=4 everywhere, then each method up to
-        the smallest batch size and off above it. Random start-up trials rarely hit these, and TPE learns from them
-        what each region is worth."""
+        """Params of the first trials of a new study: off, then each method at k=4 at every batch size. Random
+        start-up trials rarely hit these, and TPE learns from them what each region is worth; ``split_baseline`` then
+        gives each method a split where these trials' buckets say it pays."""
         params: list[dict[str, Any]] = [{"low.method": "off"}]
         for method in self.methods[1:]:
             extra = {"tree": "chain"} if method == "draft" else {"window": "1-4", "match": "recent"}
-            low = {"low.method": method, "low.k": 4, **{f"low.{k}": v for k, v in extra.items()}}
-            params.append(low)
-            if len(self.splits) > 1:
-                params.append({**low, "split": self.splits[1], "high.method": "off"})
-        if len(self.splits) > 1:
-            params = [{"split": NO_SPLIT, **p} if "split" not in p else p for p in params]
-        return params
+            params.append({"low.method": method, "low.k": 4, **{f"low.{k}": v for k, v in extra.items()}})
+        return [{"split": NO_SPLIT, **p} for p in params] if len(self.splits) > 1 else params
+
+    @staticmethod
+    def split_baseline(unsplit: dict[str, Any], split: int) -> dict[str, Any]:
+        """A baseline's config up to batch size ``split``, off above it."""
+        return {**unsplit, "split": split, "high.method": "off"}
 
 
 def candidate_of(trial: optuna.trial.FrozenTrial) -> Candidate:

@@ -31,7 +31,7 @@ from storage.schemas import ProfileCreate, ProfileRecord, Provenance, check_work
 from tuner.engines.base import EngineAdapter, UnsupportedConfigError
 from tuner.traces import Trace
 from tuner.tuning.progress import TrialProgress, finished_trials
-from tuner.tuning.scoring import ReplayScorer, Score, measure_live, normalize_mix
+from tuner.tuning.scoring import ReplayScorer, Score, measure_live, normalize_mix, spliced
 from tuner.tuning.space import Candidate, SearchSpace, candidate_of, describe
 
 Source = Literal["replay", "live"]
@@ -166,15 +166,18 @@ def tune(workload: str, trials: int, *, source: str = "replay", objective: str =
                         f"objective={study.user_attrs['objective']!r}; join it with the same settings")
     target = int(study.user_attrs["trials"])
 
-    def objective_fn(trial: optuna.Trial | optuna.trial.FixedTrial) -> float | tuple[float, float]:
+    def score_trial(trial: optuna.Trial | optuna.trial.FixedTrial) -> Score:
         candidate = space.suggest(trial)
         trial.set_user_attr("candidate", candidate.to_json())
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         try:
-            return _values(evaluate(candidate), objective)
+            return evaluate(candidate)
         except UnsupportedConfigError as exc:  # e.g. draft on an engine without a draft model: skip, keep searching
             trial.set_user_attr("unsupported", str(exc))
             raise optuna.TrialPruned(str(exc)) from None
+
+    def objective_fn(trial: optuna.Trial) -> float | tuple[float, float]:
+        return _values(score_trial(trial), objective)
 
     def stop_when_done(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
         if on_trial is not None:
@@ -191,7 +194,8 @@ def tune(workload: str, trials: int, *, source: str = "replay", objective: str =
             if remaining > 0 and not (stop is not None and stop.is_set()):
                 with TrialProgress(study, target, enabled=progress) as bar:
                     if not join and not study.trials:
-                        _add_baselines(study, space, objective_fn, target, bar.callback)
+                        _add_baselines(study, space, score_trial, objective, normalize_mix(batch_mix), target,
+                                       bar.callback)
                     study.optimize(objective_fn, n_trials=remaining, callbacks=[stop_when_done, bar.callback],
                                    catch=())
             result.trials_done = finished_trials(study)
@@ -211,21 +215,46 @@ def tune(workload: str, trials: int, *, source: str = "replay", objective: str =
 
 
 def _add_baselines(study: optuna.Study, space: SearchSpace,
-                   objective_fn: Callable[[optuna.trial.FixedTrial], float | tuple[float, float]], limit: int,
-                   callback: Callable[[optuna.Study, optuna.trial.FrozenTrial], None]) -> None:
-    """Score ``space.baselines()`` and add them as the study's first finished trials. Added, not enqueued: several
-    workers popping enqueued trials from SQLite can claim the same one."""
-    for params in space.baselines()[:limit]:
+                   score_trial: Callable[[optuna.trial.FixedTrial], Score], objective: str, mix: dict[int, float],
+                   limit: int, callback: Callable[[optuna.Study, optuna.trial.FrozenTrial], None]) -> None:
+    """Score ``space.baselines()`` and add them as the study's first finished trials; then, for each method, its
+    baseline up to the batch size where its buckets against off's say a split pays most (``_best_split``). Added,
+    not enqueued: several workers popping enqueued trials from SQLite can claim the same one."""
+
+    def add(params: dict[str, Any]) -> Score | None:
         fixed = optuna.trial.FixedTrial(params)
         try:
-            values = objective_fn(fixed)
+            score: Score | None = score_trial(fixed)
             state = optuna.trial.TrialState.COMPLETE
         except optuna.TrialPruned:
-            values, state = None, optuna.trial.TrialState.PRUNED
+            score, state = None, optuna.trial.TrialState.PRUNED
+        values = None if score is None else _values(score, objective)
         study.add_trial(optuna.trial.create_trial(
             params=fixed.params, distributions=fixed.distributions, state=state, user_attrs=fixed.user_attrs,
             values=None if values is None else list(values) if isinstance(values, tuple) else [values]))
         callback(study, study.trials[-1])
+        return score
+
+    baselines = space.baselines()[:limit]
+    off, *methods = [add(params) for params in baselines]
+    for params, score in zip(baselines[1:], methods, strict=True):
+        split = _best_split(space, score, off, mix, objective) if score is not None and off is not None else None
+        if split is not None and len(study.trials) < limit:
+            add(space.split_baseline(params, split))
+
+
+def _best_split(space: SearchSpace, score: Score, off: Score, mix: dict[int, float], objective: str) -> int | None:
+    """The split at which ``score``'s config up to it and off above it does best, from the two scores' buckets;
+    None where no split beats both the config everywhere and off everywhere."""
+    def better(a: Score, b: Score) -> bool:
+        return a.p99_ms < b.p99_ms if objective == "latency" else a.tokens_per_s > b.tokens_per_s
+
+    best, best_split = score if better(score, off) else off, None
+    for split in space.splits[1:]:
+        candidate = spliced(score, off, split, mix)
+        if better(candidate, best):
+            best, best_split = candidate, split
+    return best_split
 
 
 def _summary(result: TuneResult) -> dict[str, Any]:
