@@ -58,11 +58,9 @@ class Models:
 
     def get(self):
         if self._pair is None:
-            from engine.models import check_draft_compatible, load_model
+            from engine.models import load_pair
 
-            target, draft = load_model(TARGET, dtype=DTYPE), load_model(DRAFT, dtype=DTYPE)
-            check_draft_compatible(target, draft)
-            self._pair = (target, draft)
+            self._pair = load_pair(TARGET, DRAFT, DTYPE)
         return self._pair
 
 

@@ -7,6 +7,7 @@ from engine.models.gguf import GgufError
 from engine.models.identity import hardware_fingerprint, model_identity
 from engine.models.loaded import LoadedModel
 from engine.models.loading import check_target_dtype, load_model
+from engine.models.pair import load_pair
 from engine.models.registry import REGISTRY, ModelNotFoundError, ModelSpec
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "gguf_path",
     "hardware_fingerprint",
     "load_model",
+    "load_pair",
     "model_identity",
 ]

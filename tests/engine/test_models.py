@@ -29,6 +29,7 @@ from engine.models import (
     hardware_fingerprint,
     identity,
     load_model,
+    load_pair,
     model_identity,
 )
 from engine.models.cache import MARKER, gguf_conversion_dir
@@ -259,6 +260,18 @@ def test_draft_with_same_size_but_other_tokens_is_refused() -> None:
         check_draft_compatible(target, other)
     hashes = re.findall(r"hash ([0-9a-f]{12})", str(info.value))
     assert len(hashes) == 2 and hashes[0] != hashes[1]
+
+
+def test_load_pair_puts_the_draft_beside_the_target_and_refuses_what_cannot_pair(tmp_path: Path) -> None:
+    for vocab in (64, 96):
+        tiny_model(vocab).save_pretrained(tmp_path / f"tiny-{vocab}")
+    target, draft = load_pair(tmp_path / "tiny-64", tmp_path / "tiny-64", "float32", "bfloat16", progress=False)
+    assert draft is not None and draft.dtype == torch.bfloat16 and draft.device == target.device
+    assert load_pair(tmp_path / "tiny-64", None, progress=False)[1] is None
+    with pytest.raises(IncompatibleModelsError, match="vocab 96"):
+        load_pair(tmp_path / "tiny-64", tmp_path / "tiny-96", progress=False)
+    with pytest.raises(ValueError, match="dtype: int8 is for the draft"):
+        load_pair(tmp_path / "missing", None, "int8")  # refused before anything loads
 
 
 # --- identities ---

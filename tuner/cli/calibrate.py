@@ -24,7 +24,7 @@ def calibrate(
     with user_errors():
         import torch
 
-        from engine.models import check_draft_compatible, check_target_dtype, load_model
+        from engine.models import load_pair
         from tuner.calibrate import FULL, QUICK
         from tuner.calibrate import calibrate as run_calibration
 
@@ -33,11 +33,7 @@ def calibrate(
         if threads is not None:
             torch.set_num_threads(threads)
         torch.set_grad_enabled(False)
-        check_target_dtype(dtype)
-        target_model = load_model(target, dtype=dtype)
-        draft_model = load_model(draft, dtype=draft_dtype or dtype) if draft else None
-        if draft_model is not None:
-            check_draft_compatible(target_model, draft_model)
+        target_model, draft_model = load_pair(target, draft, dtype, draft_dtype)
         cost = run_calibration(target_model, draft_model, QUICK if quick else FULL, progress=True,
                                device=str(target_model.device))
         out.parent.mkdir(parents=True, exist_ok=True)

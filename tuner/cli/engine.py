@@ -52,12 +52,8 @@ def serve(
 
 
 def _load(settings: ServerSettings) -> ServerState:
-    from engine.models import check_draft_compatible, load_model
+    from engine.models import load_pair
     from engine.server.state import build_state
 
-    target = load_model(settings.target, dtype=settings.dtype)
-    draft = None
-    if settings.draft is not None:
-        draft = load_model(settings.draft, dtype=settings.draft_dtype or settings.dtype, device=target.device)
-        check_draft_compatible(target, draft)
+    target, draft = load_pair(settings.target, settings.draft, settings.dtype, settings.draft_dtype)
     return build_state(settings, target, draft)

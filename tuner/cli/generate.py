@@ -39,7 +39,7 @@ def generate(
 
         from engine.config import SpecConfig, TreeShape
         from engine.engine import Request, SpecEngine
-        from engine.models import check_draft_compatible, check_target_dtype, load_model
+        from engine.models import load_pair
         from engine.prompts import encode_chat, encode_text
         from engine.sampling import SamplingParams
 
@@ -52,11 +52,7 @@ def generate(
         if config.method == "draft" and draft is None:
             raise UsageError("--method draft needs --draft")
         torch.set_grad_enabled(False)
-        check_target_dtype(dtype)
-        target_model = load_model(target, dtype=dtype)
-        draft_model = load_model(draft, dtype=draft_dtype or dtype) if draft else None
-        if draft_model is not None:
-            check_draft_compatible(target_model, draft_model)
+        target_model, draft_model = load_pair(target, draft, dtype, draft_dtype)
         tok = target_model.tokenizer
         ids = encode_chat(tok, [{"role": "user", "content": text}]) if chat else encode_text(tok, text)
         engine = SpecEngine(target_model, draft_model, max_batch=1)

@@ -31,7 +31,7 @@ def record(
     with user_errors():
         import torch
 
-        from engine.models import check_draft_compatible, check_target_dtype, load_model
+        from engine.models import load_pair
         from tuner.record import encode_prompt
         from tuner.record import record as record_traces
         from tuner.traces import write_traces
@@ -47,11 +47,7 @@ def record(
         if out.exists() and not out.is_dir():
             raise UsageError(f"--out: {out} exists and is not a directory")
         torch.set_grad_enabled(False)
-        check_target_dtype(dtype)
-        target_model = load_model(target, dtype=dtype)
-        draft_model = load_model(draft, dtype=draft_dtype or dtype) if draft else None
-        if draft_model is not None:
-            check_draft_compatible(target_model, draft_model)
+        target_model, draft_model = load_pair(target, draft, dtype, draft_dtype)
         ids = [encode_prompt(target_model, r) for r in records]
         for r, prompt in zip(records, ids):
             total = len(prompt) + max_new_tokens

@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from engine.config import OFF, SpecConfig
-from engine.models import check_draft_compatible, load_model
+from engine.models import load_pair
 from engine.models.loaded import LoadedModel
 from storage import migrate
 from storage.db import Database
@@ -159,10 +159,7 @@ def run_demo(plan: DemoPlan, out: Path, db_url: str | None = None, progress: boo
 
 def _calibrate(plan: DemoPlan, out: Path, progress: bool) -> tuple[LoadedModel, LoadedModel | None, Path]:
     torch.set_grad_enabled(False)
-    target = load_model(plan.target, dtype=plan.dtype, progress=progress)
-    draft = load_model(plan.draft, dtype=plan.dtype, progress=progress) if plan.draft else None
-    if draft is not None:
-        check_draft_compatible(target, draft)
+    target, draft = load_pair(plan.target, plan.draft, plan.dtype, progress=progress)
     cost = calibrate(target, draft, plan.calibration, progress=progress, device=str(target.device))
     path = out / "cost-model.json"
     path.write_text(cost.to_json())
