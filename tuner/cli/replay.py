@@ -81,7 +81,7 @@ def replay(
         if not policy and not oracle:
             raise UsageError("--policy: give at least one policy SPEC (or --oracle)")
         cost = load_cost_model(cost_model)
-        cells = replay_all(load_traces(traces), policy or [], cost, sizes, oracle=oracle, waves=waves)
+        cells = replay_all(load_traces(traces), policy or [], cost, sizes, oracle=oracle, waves=waves, progress=True)
     if as_json:
         print(json.dumps({"cells": [c.to_dict() for c in cells]}, indent=1))
     else:

@@ -16,20 +16,26 @@ __all__ = ["WAVES", "CellResult", "Outcome", "ReplayError", "ReplayTrace", "chec
 
 
 def replay_all(traces: list[Trace], policies: Sequence[str], cost: CostModel, batch_sizes: Sequence[int],
-               oracle: bool = False, waves: int = WAVES) -> list[CellResult]:
+               oracle: bool = False, waves: int = WAVES, progress: bool = False) -> list[CellResult]:
     """One cell per (workload, batch size, policy) with a fresh policy each, plus the oracle per cell if asked; a
-    cell replays at least ``waves`` batches' worth of requests (``filled``)."""
+    cell replays at least ``waves`` batches' worth of requests (``filled``). ``progress``: a bar on stderr, one step
+    per (workload, batch size)."""
+    from tqdm import tqdm
+
     specs = [PolicySpec.parse(p) for p in policies]
     for spec in specs:
         build_policy(spec, cost)  # fail on a bad spec before any replay work
     check_identity(traces, cost)
+    groups = by_workload(traces)
     cells = []
-    for group in by_workload(traces).values():
-        group = prepare(group)
-        for batch_size in batch_sizes:
-            cell = filled(group, batch_size, waves)
-            for spec in specs:
-                cells.append(replay_cell(cell, build_policy(spec, cost), cost, batch_size, spec.text))
-            if oracle:
-                cells.append(oracle_cell(cell, cost, batch_size)[0])
+    with tqdm(total=len(groups) * len(batch_sizes), desc="replay", unit="cell", disable=not progress, delay=1.0) as bar:
+        for group in groups.values():
+            group = prepare(group)
+            for batch_size in batch_sizes:
+                cell = filled(group, batch_size, waves)
+                for spec in specs:
+                    cells.append(replay_cell(cell, build_policy(spec, cost), cost, batch_size, spec.text))
+                if oracle:
+                    cells.append(oracle_cell(cell, cost, batch_size)[0])
+                bar.update()
     return cells
