@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
-from tuner.sidecar.errors import ApiError
+from engine.server.bearer import require_bearer
 from tuner.sidecar.state import SidecarState
 
 
@@ -21,15 +20,8 @@ State = Annotated[SidecarState, Depends(get_state)]
 
 
 def require_token(state: State, authorization: Annotated[str | None, Header()] = None) -> None:
-    """With ``SPECTUNE_API_TOKEN`` set, demand ``Authorization: Bearer <token>`` (compared in constant time)."""
-    expected = state.settings.api_token
-    if expected is None:
-        return
-    scheme, _, given = (authorization or "").partition(" ")
-    valid = hmac.compare_digest(given.strip().encode(), expected.get_secret_value().encode())
-    if scheme.lower() != "bearer" or not valid:
-        raise ApiError(401, "authorization: a valid 'Bearer <SPECTUNE_API_TOKEN>' header is required",
-                       "authorization", {"WWW-Authenticate": "Bearer"})
+    """With ``SPECTUNE_API_TOKEN`` set, demand ``Authorization: Bearer <token>``."""
+    require_bearer(authorization, state.settings.api_token, "SPECTUNE_API_TOKEN")
 
 
 TokenAuth = Depends(require_token)
