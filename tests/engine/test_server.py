@@ -299,6 +299,7 @@ def test_admin_endpoints_require_the_bearer_token(client):
             assert response.status_code == 401, (headers, method)
             assert response.headers["www-authenticate"] == "Bearer"
             assert response.json()["error"]["param"] == "authorization"
+            assert "'Bearer <SPECTUNE_ADMIN_TOKEN>'" in response.json()["error"]["message"]
     assert client.get("/admin/spec-config", headers=AUTH).status_code == 200
 
 

@@ -52,6 +52,7 @@ def test_token_is_required_on_v1_but_not_on_health_and_metrics(client: TestClien
     wrong = client.get("/v1/profiles", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
     assert wrong.json()["error"]["param"] == "authorization"
+    assert "'Bearer <SPECTUNE_API_TOKEN>'" in wrong.json()["error"]["message"]
     assert wrong.headers["www-authenticate"] == "Bearer"
     assert client.get("/v1/profiles", headers={"Authorization": TOKEN}).status_code == 401  # scheme missing
     assert client.get("/v1/profiles", headers=AUTH).json() == []
