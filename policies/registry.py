@@ -51,6 +51,19 @@ class PolicySpec:
         return cls(name, options, text.strip())
 
 
+def without_draft(spec: PolicySpec) -> PolicySpec:
+    """``spec`` for a run without a draft model (n-gram traces, or a cost model calibrated without one): a policy
+    whose ``methods`` or ``method`` the SPEC leaves at a default that uses the draft model gets n-gram lookups
+    instead. What the SPEC names is kept, and fails where it asks for the draft model."""
+    fields = POLICIES[spec.name].Options.model_fields
+    changed = {}
+    if "methods" in fields and "methods" not in spec.options:
+        changed["methods"] = "ngram"
+    if "method" in fields and "method" not in spec.options and fields["method"].default == "draft":
+        changed["method"] = "ngram"
+    return PolicySpec(spec.name, {**spec.options, **changed}, spec.text) if changed else spec
+
+
 def _describe(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors())
 

@@ -6,7 +6,7 @@ from engine.config import SpecConfig, TreeShape
 from policies.bandit import BanditPolicy
 from policies.goodput import GoodputPolicy
 from policies.hysteresis import Hysteresis
-from policies.registry import PolicySpec, build_policy
+from policies.registry import PolicySpec, build_policy, without_draft
 from policies.static import StaticPolicy
 from tests.policies.synthetic import context, linear_cost
 
@@ -16,6 +16,18 @@ COST = linear_cost()
 def test_parse_spec():
     spec = PolicySpec.parse(" Static:method=ngram, k=4 ")
     assert (spec.name, spec.options) == ("static", {"method": "ngram", "k": "4"})
+
+
+def test_without_draft_defaults_to_lookups_and_keeps_what_a_spec_names():
+    def options(text: str) -> dict[str, str]:
+        return without_draft(PolicySpec.parse(text)).options
+
+    assert options("goodput:ks=2+4") == {"ks": "2+4", "methods": "ngram"}
+    assert options("bandit") == {"methods": "ngram"}
+    assert options("heuristic") == {"method": "ngram"}
+    assert options("static") == {}  # off by default
+    assert options("goodput:methods=draft") == {"methods": "draft"}
+    assert build_policy(without_draft(PolicySpec.parse("goodput")), COST).options.methods == ("ngram",)
 
 
 def test_static_configs():

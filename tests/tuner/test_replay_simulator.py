@@ -206,3 +206,12 @@ def test_a_cell_is_filled_with_copies_that_replay_as_recorded():
     assert copies.tokens_per_s == pytest.approx(alone.tokens_per_s)
     # at batch 3 the copies decode together: three rows per step
     assert replay_cell(repeated(traces[:1], 3), static, COST, 3, "static").steps == alone.steps
+
+
+def test_a_workload_recorded_without_a_draft_model_replays_the_policies_on_lookups():
+    traces = [make_trace([5, 6, 7, 5, 6, 7, 5, 6, 7, 5], prompt=PROMPT, request_id=str(i)) for i in range(2)]
+    cells = replay_all(traces, ["goodput", "bandit", "heuristic"], COST, [2])
+    assert [c.policy for c in cells] == ["goodput", "bandit", "heuristic"]
+    assert all(label.startswith(("ngram", "off")) for c in cells for label in c.configs)
+    with pytest.raises(ReplayError, match="no draft ranks"):
+        replay_all(traces, ["heuristic:method=draft"], COST, [2])  # what a SPEC names is kept

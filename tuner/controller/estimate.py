@@ -14,7 +14,7 @@ from engine.policy import DecisionContext
 from engine.stats import StepStats
 from policies.cost_model import CostModel
 from policies.goodput import GoodputPolicy
-from policies.registry import PolicySpec, build_policy
+from policies.registry import PolicySpec, build_policy, without_draft
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,8 @@ def build_estimator(spec: str, cost_model: CostModel) -> GoodputPolicy:
         raise ValueError("policy goodput: match_buckets does not apply to the controller (its steps carry no suffix "
                          "match); leave it out")
     parsed = PolicySpec(parsed.name, {**parsed.options, "match_buckets": "none"}, parsed.text)
-    if cost_model.draft is None and "methods" not in parsed.options:
-        # a cost model calibrated without a draft model can only price n-gram speculation
-        parsed = PolicySpec(parsed.name, {**parsed.options, "methods": "ngram"}, parsed.text)
+    if cost_model.draft is None:  # a cost model calibrated without a draft model can only price n-gram speculation
+        parsed = without_draft(parsed)
     policy = build_policy(parsed, cost_model)
     if not isinstance(policy, GoodputPolicy):  # hold/cooldown would wrap it; the controller stabilises on its own
         raise ValueError("policy: hold and cooldown do not apply to the controller (it has its own stabilisation)")

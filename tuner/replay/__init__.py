@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from policies.cost_model import CostModel
-from policies.registry import PolicySpec, build_policy
+from policies.registry import PolicySpec, build_policy, without_draft
 from tuner.replay.oracle import oracle_cell, static_grid
 from tuner.replay.outcome import Outcome, ReplayError, ReplayTrace
 from tuner.replay.simulator import WAVES, CellResult, check_identity, filled, prepare, repeated, replay_cell
@@ -18,7 +18,8 @@ __all__ = ["WAVES", "CellResult", "Outcome", "ReplayError", "ReplayTrace", "chec
 def replay_all(traces: list[Trace], policies: Sequence[str], cost: CostModel, batch_sizes: Sequence[int],
                oracle: bool = False, waves: int = WAVES, progress: bool = False) -> list[CellResult]:
     """One cell per (workload, batch size, policy) with a fresh policy each, plus the oracle per cell if asked; a
-    cell replays at least ``waves`` batches' worth of requests (``filled``). ``progress``: a bar on stderr, one step
+    cell replays at least ``waves`` batches' worth of requests (``filled``), and a workload recorded without a draft
+    model replays each policy ``without_draft``. ``progress``: a bar on stderr, one step
     per (workload, batch size)."""
     from tqdm import tqdm
 
@@ -30,10 +31,12 @@ def replay_all(traces: list[Trace], policies: Sequence[str], cost: CostModel, ba
     cells = []
     with tqdm(total=len(groups) * len(batch_sizes), desc="replay", unit="cell", disable=not progress, delay=1.0) as bar:
         for group in groups.values():
+            # a workload recorded without a draft model replays the policies' defaults on n-gram lookups
+            group_specs = specs if all(t.has_draft for t in group) else [without_draft(s) for s in specs]
             group = prepare(group)
             for batch_size in batch_sizes:
                 cell = filled(group, batch_size, waves)
-                for spec in specs:
+                for spec in group_specs:
                     cells.append(replay_cell(cell, build_policy(spec, cost), cost, batch_size, spec.text))
                 if oracle:
                     cells.append(oracle_cell(cell, cost, batch_size)[0])
