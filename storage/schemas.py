@@ -93,6 +93,19 @@ class Schedule(RootModel[list[ScheduleEntry]]):
         return next((e.config for e in self.root if e.covers(batch_size, context_len)), None)
 
 
+def describe_profile(config: SpecConfig, schedule: Schedule | None) -> str:
+    """One line for a profile: its config with the batch size speculation stops above, and each scheduled range
+    (outside them the config applies)."""
+    text = config.label()
+    if config.speculative and config.max_batch_size is not None:
+        text += f" up to batch {config.max_batch_size}, off above"
+    for e in schedule.root if schedule is not None else ():
+        context = "" if e.min_context == 0 and e.max_context is None else \
+            f" context {e.min_context}..{'' if e.max_context is None else e.max_context}"
+        text += f"; batch {e.min_batch}..{'' if e.max_batch is None else e.max_batch}{context}: {e.config.label()}"
+    return text
+
+
 class BucketMeasurement(_Strict):
     """What was measured at one batch size: goodput, acceptance and inter-token latency, with the sample count."""
 

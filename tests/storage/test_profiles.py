@@ -14,7 +14,7 @@ from storage.db import Database
 from storage.errors import ConflictError, NotFoundError, StorageError
 from storage.identity import PORTABLE, EngineIdentity
 from storage.models import Profile, Workload
-from storage.schemas import ProfileCreate, ProfileRecord
+from storage.schemas import ProfileCreate, ProfileRecord, describe_profile
 
 QWEN = EngineIdentity(target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", dtype="bfloat16", hardware="cpu-x86-2c")
 
@@ -58,6 +58,15 @@ def test_put_and_get_round_trip_every_field(db: Database) -> None:
     assert loaded.activated_at is not None and loaded.activated_at >= loaded.created_at
     assert loaded.schedule is not None and loaded.schedule.config_at(8, 1000) == SpecConfig(method="ngram", k=2)
     assert loaded.schedule.config_at(8, 5000) is None
+    assert describe_profile(loaded.config, loaded.schedule) == (
+        "draft k=6 chain; batch 1..4: draft k=6 chain; batch 5..16 context 0..4096: ngram k=2 chain n=1..4; "
+        "batch 17..: off")
+
+
+def test_a_profile_that_stops_speculating_above_a_batch_size_says_so() -> None:
+    assert describe_profile(SpecConfig(method="draft", k=4, max_batch_size=4), None) == \
+        "draft k=4 chain up to batch 4, off above"
+    assert describe_profile(SpecConfig(max_batch_size=4), None) == "off"
 
 
 def test_versions_are_numbered_per_workload_across_identities_and_never_reused(db: Database) -> None:

@@ -198,12 +198,14 @@ def _only_active(records: list[ProfileRecord], workload: str) -> ProfileRecord:
 
 
 def _print_records(records: list[ProfileRecord], as_json: bool) -> None:
+    from storage.schemas import describe_profile
+
     if as_json:
         print(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
         return
     rows = [("workload", "version", "active", "identity", "config", "provenance", "created")]
-    rows += [(r.workload, str(r.version), "*" if r.active else "", str(r.identity), r.config.label(),
-              r.provenance.kind, _when(r.created_at)) for r in records]
+    rows += [(r.workload, str(r.version), "*" if r.active else "", str(r.identity),
+              describe_profile(r.config, r.schedule), r.provenance.kind, _when(r.created_at)) for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

@@ -87,6 +87,7 @@ def tune(
     """Search method, k, tree, n-gram window and a batch-size schedule for workload W; save the best (confirmed on
     the engine when --engine-url is given) as its active profile."""
     from storage.identity import PORTABLE, EngineIdentity
+    from storage.schemas import describe_profile
     from tuner.cli.db import cli_errors, open_database
     from tuner.cli.replay import load_cost_model
     from tuner.traces import load_traces
@@ -149,6 +150,8 @@ def tune(
         values = ", ".join(f"{v:.4g}" for v in entry["values"] or ())
         print(f"  trial {entry['trial']}: {entry['label']}  [{values}]")
     if result.profile is not None:
-        print(f"saved {workload} version {result.profile.version} (active): {result.profile.config.label()}")
+        profile = result.profile
+        print(f"saved {workload} version {profile.version} (active): "
+              f"{describe_profile(profile.config, profile.schedule)}")
     elif join is not None:
         print("joined worker: the study's owner saves the profile")
