@@ -19,8 +19,7 @@ def replay_all(traces: list[Trace], policies: Sequence[str], cost: CostModel, ba
                oracle: bool = False, waves: int = WAVES, progress: bool = False) -> list[CellResult]:
     """One cell per (workload, batch size, policy) with a fresh policy each, plus the oracle per cell if asked; a
     cell replays at least ``waves`` batches' worth of requests (``filled``), and a workload recorded without a draft
-    model replays each policy ``without_draft``. ``progress``: a bar on stderr, one step
-    per (workload, batch size)."""
+    model replays each policy ``without_draft``. ``progress``: a bar on stderr, one step per (workload, batch size)."""
     from tqdm import tqdm
 
     specs = [PolicySpec.parse(p) for p in policies]
