@@ -24,9 +24,9 @@ from tuner.cli import app
 from tuner.replay import oracle_cell
 from tuner.traces import write_traces
 from tuner.tuning.progress import finished_trials
-from tuner.tuning.scoring import ReplayScorer
-from tuner.tuning.space import Candidate, candidate_of
-from tuner.tuning.study import TuneError, optuna_storage, tune
+from tuner.tuning.scoring import Bucket, ReplayScorer, Score
+from tuner.tuning.space import Candidate, SearchSpace, candidate_of
+from tuner.tuning.study import TuneError, _best_splits, optuna_storage, tune
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = copy_traces() + fresh_traces()
@@ -113,13 +113,28 @@ def test_a_batch_size_above_the_recorded_requests_is_scored_at_that_batch_size()
 
 
 def test_baselines_split_each_method_where_its_buckets_beat_off(tmp_path: Path) -> None:
-    """Here a draft model pays up to batch size 4 and loses above: the first trials, off and each method everywhere,
-    put the draft model's split at 4 at once, where a split guessed at the smallest batch size would be at 1."""
+    """Here a draft model pays up to batch size 8 at k=2 and loses above: the first trials, off and each method at
+    k=4, 2 and 8 everywhere, put the draft model's split at 8 at once, where a split guessed at the smallest batch
+    size would be at 1."""
     cost = linear_cost(base=0.02, per_token=0.002, draft_base=0.001)
     mix = dict.fromkeys((1, 2, 4, 8, 16), 1.0)
-    result = tune("mixed", 5, storage_url=migrated_sqlite(tmp_path), traces=mixed_traces(), cost=cost, batch_mix=mix,
+    result = tune("mixed", 8, storage_url=migrated_sqlite(tmp_path), traces=mixed_traces(), cost=cost, batch_mix=mix,
                   seed=3, progress=False)
-    assert result.best[0]["label"] == "B<=4: draft k=4 chain; B>4: off"
+    assert result.best[0]["label"] == "B<=8: draft k=2 chain; B>8: off"
+    assert result.best[0]["trial"] == 7  # the first trial after the seven unsplit baselines
+
+
+def test_baselines_split_between_two_speculative_configs() -> None:
+    """A split baseline's upper half is whichever baseline its buckets favour there, not only off: n-gram k=4 below
+    and n-gram k=2 above, each the best there."""
+    space = SearchSpace.build(has_draft=False, rank_cap=1, batch_sizes=[1, 16])
+    baselines = space.baselines()
+    scores = {1: (10.0, 14.0, 12.0, 13.0), 16: (100.0, 105.0, 110.0, 90.0)}  # off, ngram k=4, k=2, k=8
+    scored = [(params, Score(tuple(Bucket(b, scores[b][i], None, (1.0, 1.0, 1.0), 1) for b in scores),
+                             tokens_per_s=(scores[1][i] + scores[16][i]) / 2, p99_ms=1.0))
+              for i, params in enumerate(baselines)]
+    best = _best_splits(space, scored, {1: 0.5, 16: 0.5}, "throughput")
+    assert best == [space.split_baseline(baselines[1], baselines[2], 1)]
 
 
 def test_batch_mix_weights_the_buckets() -> None:

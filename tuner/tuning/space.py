@@ -23,6 +23,7 @@ NGRAM_MATCHES: tuple[str, ...] = get_args(NgramMatch)
 
 MAX_K = 16
 NO_SPLIT = 0
+BASELINE_KS = (4, 2, 8)  # k=4 first: where a study has few trials, it keeps those
 
 
 @dataclass(frozen=True)
@@ -100,19 +101,21 @@ class SearchSpace:
 
 
     def baselines(self) -> list[dict[str, Any]]:
-        """Params of the first trials of a new study: off, then each method at k=4 at every batch size. Random
-        start-up trials rarely hit these, and TPE learns from them what each region is worth; ``split_baseline`` then
-        gives each method a split where these trials' buckets say it pays."""
+        """Params of the first trials of a new study: off, then each method at k=4, then at k=2 and k=8, at every
+        batch size. Random start-up trials rarely hit these, and TPE learns from them what each region is worth;
+        ``split_baseline`` then joins two of them at a batch size where their buckets say a split pays."""
         params: list[dict[str, Any]] = [{"low.method": "off"}]
-        for method in self.methods[1:]:
-            extra = {"tree": "chain"} if method == "draft" else {"window": "1-4", "match": "recent"}
-            params.append({"low.method": method, "low.k": 4, **{f"low.{k}": v for k, v in extra.items()}})
+        for k in BASELINE_KS:
+            for method in self.methods[1:]:
+                extra = {"tree": "chain"} if method == "draft" else {"window": "1-4", "match": "recent"}
+                params.append({"low.method": method, "low.k": k, **{f"low.{key}": v for key, v in extra.items()}})
         return [{"split": NO_SPLIT, **p} for p in params] if len(self.splits) > 1 else params
 
     @staticmethod
-    def split_baseline(unsplit: dict[str, Any], split: int) -> dict[str, Any]:
-        """A baseline's config up to batch size ``split``, off above it."""
-        return {**unsplit, "split": split, "high.method": "off"}
+    def split_baseline(low: dict[str, Any], high: dict[str, Any], split: int) -> dict[str, Any]:
+        """Baseline ``low``'s config up to batch size ``split``, baseline ``high``'s above it."""
+        above = {f"high.{key.removeprefix('low.')}": v for key, v in high.items() if key.startswith("low.")}
+        return {**low, "split": split, **above}
 
 
 def candidate_of(trial: optuna.trial.FrozenTrial) -> Candidate:

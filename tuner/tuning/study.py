@@ -196,8 +196,9 @@ def tune(workload: str, trials: int, *, source: str = "replay", objective: str =
                     if not join and not study.trials:
                         _add_baselines(study, space, score_trial, objective, normalize_mix(batch_mix), target,
                                        bar.callback)
-                    study.optimize(objective_fn, n_trials=remaining, callbacks=[stop_when_done, bar.callback],
-                                   catch=())
+                    if finished_trials(study) < target:
+                        study.optimize(objective_fn, n_trials=target - finished_trials(study),
+                                       callbacks=[stop_when_done, bar.callback], catch=())
             result.trials_done = finished_trials(study)
             result.stopped = stop is not None and stop.is_set()
             ranked = _ranked(study, objective, confirm_top)
@@ -217,9 +218,9 @@ def tune(workload: str, trials: int, *, source: str = "replay", objective: str =
 def _add_baselines(study: optuna.Study, space: SearchSpace,
                    score_trial: Callable[[optuna.trial.FixedTrial], Score], objective: str, mix: dict[int, float],
                    limit: int, callback: Callable[[optuna.Study, optuna.trial.FrozenTrial], None]) -> None:
-    """Score ``space.baselines()`` and add them as the study's first finished trials; then, for each method, its
-    baseline up to the batch size where its buckets against off's say a split pays most (``_best_split``). Added,
-    not enqueued: several workers popping enqueued trials from SQLite can claim the same one."""
+    """Score ``space.baselines()`` and add them as the study's first finished trials; then, for each method, the
+    split of two baselines that their buckets say pays most (``_best_splits``). Added, not enqueued: several workers
+    popping enqueued trials from SQLite can claim the same one."""
 
     def add(params: dict[str, Any]) -> Score | None:
         fixed = optuna.trial.FixedTrial(params)
@@ -235,26 +236,36 @@ def _add_baselines(study: optuna.Study, space: SearchSpace,
         callback(study, study.trials[-1])
         return score
 
-    baselines = space.baselines()[:limit]
-    off, *methods = [add(params) for params in baselines]
-    for params, score in zip(baselines[1:], methods, strict=True):
-        split = _best_split(space, score, off, mix, objective) if score is not None and off is not None else None
-        if split is not None and len(study.trials) < limit:
-            add(space.split_baseline(params, split))
+    scored = [(params, score) for params in space.baselines()[:limit] if (score := add(params)) is not None]
+    for params in _best_splits(space, scored, mix, objective):
+        if len(study.trials) < limit:
+            add(params)
 
 
-def _best_split(space: SearchSpace, score: Score, off: Score, mix: dict[int, float], objective: str) -> int | None:
-    """The split at which ``score``'s config up to it and off above it does best, from the two scores' buckets;
-    None where no split beats both the config everywhere and off everywhere."""
-    def better(a: Score, b: Score) -> bool:
-        return a.p99_ms < b.p99_ms if objective == "latency" else a.tokens_per_s > b.tokens_per_s
+def _best_splits(space: SearchSpace, scored: list[tuple[dict[str, Any], Score]], mix: dict[int, float],
+                 objective: str) -> list[dict[str, Any]]:
+    """For each method, the split baseline that does best by the scored baselines' buckets: that method's baseline
+    up to a batch size, another baseline (off, or any method at any k) above it. Only splits that beat both their
+    halves everywhere count; best first."""
+    def value(score: Score) -> float:
+        return -score.p99_ms if objective == "latency" else score.tokens_per_s
 
-    best, best_split = score if better(score, off) else off, None
-    for split in space.splits[1:]:
-        candidate = spliced(score, off, split, mix)
-        if better(candidate, best):
-            best, best_split = candidate, split
-    return best_split
+    found: list[tuple[float, dict[str, Any]]] = []
+    for method in space.methods[1:]:
+        best: tuple[float, dict[str, Any]] | None = None
+        for low, low_score in scored:
+            if low["low.method"] != method:
+                continue
+            for high, high_score in scored:
+                if high is low:
+                    continue
+                for split in space.splits[1:]:
+                    joined = value(spliced(low_score, high_score, split, mix))
+                    if joined > max(value(low_score), value(high_score)) and (best is None or joined > best[0]):
+                        best = joined, space.split_baseline(low, high, split)
+        if best is not None:
+            found.append(best)
+    return [params for _, params in sorted(found, key=lambda item: -item[0])]
 
 
 def _summary(result: TuneResult) -> dict[str, Any]:
