@@ -31,6 +31,7 @@ from storage.schemas import Schedule, ScheduleEntry
 ExportFormat = Literal["json", "vllm", "sglang", "trtllm", "llamacpp"]
 FORMATS: tuple[str, ...] = ("json", "vllm", "sglang", "trtllm", "llamacpp")
 DRAFT_PLACEHOLDER = "<draft-model>"
+Range = tuple[int, int | None, SpecConfig]  # batch sizes lo..hi (hi None: no top) and the config in force
 
 
 class Export(BaseModel):
@@ -53,7 +54,7 @@ def _schedule_entries(schedule: Schedule | Sequence[ScheduleEntry | dict[str, An
                                          for e in schedule]).root)
 
 
-def batch_ranges(config: SpecConfig, schedule: list[ScheduleEntry]) -> list[tuple[int, int | None, SpecConfig]]:
+def batch_ranges(config: SpecConfig, schedule: list[ScheduleEntry]) -> list[Range]:
     """Batch-size ranges with the config in force, from 1 upward: the schedule's entries (context bounds aside),
     the profile config elsewhere, ``off`` above its ``max_batch_size``."""
     bounds = {1}
@@ -64,7 +65,7 @@ def batch_ranges(config: SpecConfig, schedule: list[ScheduleEntry]) -> list[tupl
     if config.max_batch_size is not None:
         bounds.add(config.max_batch_size + 1)
     starts = sorted(bounds)
-    ranges: list[tuple[int, int | None, SpecConfig]] = []
+    ranges: list[Range] = []
     for i, lo in enumerate(starts):
         hi = starts[i + 1] - 1 if i + 1 < len(starts) else None
         entry = next((e for e in schedule if e.min_batch <= lo and (e.max_batch is None or lo <= e.max_batch)), None)
@@ -84,7 +85,7 @@ def _context_caveat(schedule: list[ScheduleEntry]) -> list[str]:
 
 
 def _speculative_ranges(config: SpecConfig, schedule: list[ScheduleEntry]) -> tuple[
-        list[tuple[int, int | None, SpecConfig]], SpecConfig | None, list[str]]:
+        list[Range], SpecConfig | None, list[str]]:
     """The ranges, the one speculative config they share (method, tree and n-gram window; k may vary), and the
     fields that differ between ranges (engines launch one method)."""
     ranges = batch_ranges(config, schedule)
@@ -103,11 +104,7 @@ def _speculative_ranges(config: SpecConfig, schedule: list[ScheduleEntry]) -> tu
     return ranges, base, sorted(set(notes))
 
 
-def _vllm(config: SpecConfig, schedule: list[ScheduleEntry], draft_model: str) -> Export:
-    ranges, base, notes = _speculative_ranges(config, schedule)
-    notes += _context_caveat(schedule)
-    if base is None:
-        return Export(format="vllm", args=[], config={}, untranslated=notes)
+def _vllm(ranges: list[Range], base: SpecConfig, notes: list[str], draft_model: str) -> Export:
     spec: dict[str, Any] = {"num_speculative_tokens": base.k}
     if base.method == "ngram":
         spec |= {"method": "ngram", "prompt_lookup_min": base.min_n, "prompt_lookup_max": base.max_n}
@@ -123,11 +120,7 @@ def _vllm(config: SpecConfig, schedule: list[ScheduleEntry], draft_model: str) -
                   config=spec, untranslated=notes)
 
 
-def _sglang(config: SpecConfig, schedule: list[ScheduleEntry], draft_model: str) -> Export:
-    ranges, base, notes = _speculative_ranges(config, schedule)
-    notes += _context_caveat(schedule)
-    if base is None:
-        return Export(format="sglang", args=[], config={}, untranslated=notes)
+def _sglang(ranges: list[Range], base: SpecConfig, notes: list[str], draft_model: str) -> Export:
     if len(ranges) > 1:
         notes.append("schedule: SGLang launches one speculation setting for every batch size; exported the "
                      f"deepest ({base.label()}), batch-size ranges dropped")
@@ -155,11 +148,7 @@ def _sglang(config: SpecConfig, schedule: list[ScheduleEntry], draft_model: str)
     return Export(format="sglang", args=args, config=settings, untranslated=notes)
 
 
-def _trtllm(config: SpecConfig, schedule: list[ScheduleEntry], draft_model: str) -> Export:
-    ranges, base, notes = _speculative_ranges(config, schedule)
-    notes += _context_caveat(schedule)
-    if base is None:
-        return Export(format="trtllm", args=[], config={}, untranslated=notes)
+def _trtllm(ranges: list[Range], base: SpecConfig, notes: list[str], draft_model: str) -> Export:
     spec: dict[str, Any]
     if base.method == "ngram":
         spec = {"decoding_type": "NGram", "max_draft_len": base.k, "max_matching_ngram_size": base.max_n}
@@ -183,14 +172,10 @@ def _trtllm(config: SpecConfig, schedule: list[ScheduleEntry], draft_model: str)
                   untranslated=notes)
 
 
-def _llamacpp(config: SpecConfig, schedule: list[ScheduleEntry], draft_model: str) -> Export:
+def _llamacpp(ranges: list[Range], base: SpecConfig, notes: list[str], draft_model: str) -> Export:
     from tuner.engines.base import UnsupportedConfigError
     from tuner.engines.llamacpp_config import spec_flags
 
-    ranges, base, notes = _speculative_ranges(config, schedule)
-    notes += _context_caveat(schedule)
-    if base is None:
-        return Export(format="llamacpp", args=[], config={}, untranslated=notes)
     if len(ranges) > 1:
         notes.append("schedule: llama-server fixes one config at launch; exported the deepest "
                      f"({base.label()}), batch-size ranges dropped")
@@ -230,4 +215,8 @@ def export_profile(config: SpecConfig, schedule: Schedule | Sequence[ScheduleEnt
     builders = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm, "llamacpp": _llamacpp}
     if format not in builders:
         raise ValueError(f"format: expected one of {', '.join(FORMATS)}, got {format!r}")
-    return builders[format](config, entries, draft)
+    ranges, base, notes = _speculative_ranges(config, entries)
+    notes += _context_caveat(entries)
+    if base is None:  # speculation off at every batch size: no arguments to add
+        return Export(format=format, args=[], config={}, untranslated=notes)
+    return builders[format](ranges, base, notes, draft)
