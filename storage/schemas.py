@@ -100,10 +100,15 @@ def describe_profile(config: SpecConfig, schedule: Schedule | None) -> str:
     if config.speculative and config.max_batch_size is not None:
         text += f" up to batch {config.max_batch_size}, off above"
     for e in schedule.root if schedule is not None else ():
-        context = "" if e.min_context == 0 and e.max_context is None else \
-            f" context {e.min_context}..{'' if e.max_context is None else e.max_context}"
-        text += f"; batch {e.min_batch}..{'' if e.max_batch is None else e.max_batch}{context}: {e.config.label()}"
+        bounded = e.min_context > 0 or e.max_context is not None
+        context = f" context {span(e.min_context, e.max_context)}" if bounded else ""
+        text += f"; batch {span(e.min_batch, e.max_batch)}{context}: {e.config.label()}"
     return text
+
+
+def span(low: int, high: int | None) -> str:
+    """An inclusive range as ``low..high``, ``low..inf`` where it has no top."""
+    return f"{low}..{'inf' if high is None else high}"
 
 
 class BucketMeasurement(_Strict):

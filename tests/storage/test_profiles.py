@@ -60,7 +60,7 @@ def test_put_and_get_round_trip_every_field(db: Database) -> None:
     assert loaded.schedule.config_at(8, 5000) is None
     assert describe_profile(loaded.config, loaded.schedule) == (
         "draft k=6 chain; batch 1..4: draft k=6 chain; batch 5..16 context 0..4096: ngram k=2 chain n=1..4; "
-        "batch 17..: off")
+        "batch 17..inf: off")
 
 
 def test_a_profile_that_stops_speculating_above_a_batch_size_says_so() -> None:

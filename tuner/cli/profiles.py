@@ -212,6 +212,8 @@ def _print_records(records: list[ProfileRecord], as_json: bool) -> None:
 
 
 def _print_record(record: ProfileRecord, as_json: bool) -> None:
+    from storage.schemas import span
+
     if as_json:
         print(json.dumps(record.model_dump(mode="json"), indent=2))
         return
@@ -230,7 +232,7 @@ def _print_record(record: ProfileRecord, as_json: bool) -> None:
         lines.append(f"activated:    {_when(record.activated_at)}")
     if record.schedule is not None:
         lines += ["schedule:"] + [
-            f"  batch {_span(e.min_batch, e.max_batch)}, context {_span(e.min_context, e.max_context)}: "
+            f"  batch {span(e.min_batch, e.max_batch)}, context {span(e.min_context, e.max_context)}: "
             f"{e.config.label()}" for e in record.schedule.root]
     if record.measurements is not None:
         lines += ["measurements:"] + [
@@ -240,10 +242,6 @@ def _print_record(record: ProfileRecord, as_json: bool) -> None:
             + (f", p99 {b.latency_p99_ms:.1f} ms" if b.latency_p99_ms is not None else "")
             + f", {b.samples} samples" for b in record.measurements.buckets]
     print("\n".join(lines))
-
-
-def _span(low: int, high: int | None) -> str:
-    return f"{low}..{'inf' if high is None else high}"
 
 
 def _when(moment: datetime) -> str:
