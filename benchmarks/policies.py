@@ -235,19 +235,19 @@ def live_check(groups: dict, cost, models: Models) -> list[dict]:
                     for t in traces]
         before = retime(cost, target, draft, batch)
         tokens, seconds = decode_seconds(engine, requests)
-        now = sum(replay_cell(traces, build_policy(spec, cost), model, batch, spec).tokens_per_s
+        now = sum(replay_cell(traces, build_policy(spec, cost), model, batch, spec).job_tokens_per_s
                   for model in (before, retime(cost, target, draft, batch))) / 2
         emitted = sum(len(v) for v in tokens.values())
         same = sum(tokens[t.request_id] == list(t.output_ids) for t in traces)
         label = spec.removeprefix("static:method=").replace(",k=", " k=")
         row = {"workload": workload, "batch_size": batch, "config": label,
-               "predicted_tokens_per_s": predicted.tokens_per_s, "live_tokens_per_s": emitted / seconds,
+               "predicted_tokens_per_s": predicted.job_tokens_per_s, "live_tokens_per_s": emitted / seconds,
                "predicted_now_tokens_per_s": now,
                "predicted_steps": predicted.steps, "live_steps": engine.step_count,
                "outputs_identical_to_trace": f"{same}/{len(traces)}"}
         row["live_over_predicted"] = row["live_tokens_per_s"] / row["predicted_tokens_per_s"]
         row["live_over_predicted_now"] = row["live_tokens_per_s"] / now
-        print(f"live {workload} B={batch} {label}: predicted {predicted.tokens_per_s:.2f} tok/s ({now:.2f} with "
+        print(f"live {workload} B={batch} {label}: predicted {predicted.job_tokens_per_s:.2f} tok/s ({now:.2f} with "
               f"forwards timed around the live run), live {row['live_tokens_per_s']:.2f} tok/s")
         rows.append(row)
     return rows
@@ -266,9 +266,9 @@ def kept_live(groups: dict, cost) -> list[dict]:
     for (workload, batch, spec), row in zip(LIVE_CELLS, saved, strict=True):
         predicted = replay_cell(groups[workload], build_policy(spec, cost), cost, batch, spec)
         if (row["workload"], row["batch_size"]) != (workload, batch) or predicted.steps != row["predicted_steps"] \
-                or not math.isclose(predicted.tokens_per_s, row["predicted_tokens_per_s"], rel_tol=1e-9):
+                or not math.isclose(predicted.job_tokens_per_s, row["predicted_tokens_per_s"], rel_tol=1e-9):
             raise SystemExit(f"--keep-live: the replay of {workload} B={batch} {spec} now predicts "
-                             f"{predicted.tokens_per_s:.2f} tok/s in {predicted.steps} steps, the saved live check "
+                             f"{predicted.job_tokens_per_s:.2f} tok/s in {predicted.steps} steps, the saved live check "
                              f"{row['predicted_tokens_per_s']:.2f} in {row['predicted_steps']}; run the live check")
     return saved
 

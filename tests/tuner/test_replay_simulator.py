@@ -96,6 +96,18 @@ def test_continuous_batching_and_decision_contexts():
     assert policy.stats[-1].timestamp == pytest.approx(sum(step_seconds))  # the simulated clock
 
 
+def test_tokens_per_s_is_the_throughput_at_the_cells_batch_size():
+    """The drain after the queue empties runs below the cell's batch size: it counts in ``seconds`` (what a live run
+    of these requests takes), not in ``tokens_per_s``."""
+    traces = [make_trace(range(3), prompt=PROMPT, request_id="a"), make_trace(range(5), prompt=PROMPT, request_id="b")]
+    cell = replay_cell(traces, Recorder(), COST, 2, "off")
+    full = [verify(2, 2, 69), verify(2, 2, 70), verify(2, 2, 71)]  # then b runs alone for two steps
+    assert cell.seconds == pytest.approx(sum(full) + verify(1, 1, 72) + verify(1, 1, 73))
+    assert cell.tokens_per_s == pytest.approx(6 / sum(full))
+    alone = replay_cell(traces[:1], Recorder(), COST, 2, "off")  # never a full batch: every step counts
+    assert alone.tokens_per_s == pytest.approx(3 / alone.seconds)
+
+
 def test_step_stats_match_the_engine_fields():
     trace = make_trace(range(10, 20), prompt=PROMPT, ranks=RANKS, request_id="x", workload="code")
     policy = Recorder(lambda ctx: SpecConfig(method="draft", k=3))

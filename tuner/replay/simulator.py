@@ -21,6 +21,13 @@ does what the engine does:
    per-step overhead ``cost.overhead_s(B)``;
 4. ``policy.observe(StepStats(...))`` per request, in the same order, with the step's shared times, the simulated
    clock as timestamp and ``finished`` on the request's last step.
+
+A cell's ``tokens_per_s`` is the throughput at its batch size: tokens over seconds of the steps that ran all B rows.
+Once the queue is empty the batch drains through steps of fewer rows, which a server under steady load would fill
+with new requests; how long that drain lasts depends on how unevenly the last requests end, not on what a config
+does at batch size B (every recorded output runs to the token limit, so off ends each batch of requests together and
+a speculating policy does not). ``seconds`` and ``emitted_tokens`` cover every step, the drain included: what a live
+run of the same requests takes.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from policies.cost_model import CostModel
 from tuner.replay.outcome import Outcome, ReplayError, ReplayTrace
 from tuner.traces import Trace
 
-# batches' worth of requests a cell replays at least (``filled``): about 1/WAVES of a cell is its drain
+# batches' worth of requests a cell replays at least (``filled``)
 WAVES = 8
 
 
@@ -50,7 +57,7 @@ class CellResult:
     batch_size: int
     policy: str
     config: str  # the config used, or the mix of configs an adaptive policy used (share of request steps)
-    tokens_per_s: float
+    tokens_per_s: float  # over the steps with all batch_size rows (every step if none had)
     mean_acceptance_length: float  # 1 + accepted / drafts
     steps: int  # batched decode steps (target forwards)
     requests: int
@@ -58,8 +65,13 @@ class CellResult:
     accepted_tokens: int
     drafts: int  # request steps that proposed at least one draft token
     draft_tokens: int
-    seconds: float
+    seconds: float  # every step's, the drain included
     configs: dict[str, int] = field(default_factory=dict)  # config label -> request steps
+
+    @property
+    def job_tokens_per_s(self) -> float:
+        """Tokens over every step's seconds, the drain included: what a live run of the same requests measures."""
+        return self.emitted_tokens / self.seconds if self.seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -157,7 +169,8 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
     running: list[_Running] = []
     suffix = reads_suffix_match(policy)
     step = 0
-    clock = 0.0
+    clock = full_clock = 0.0  # every step's seconds; those of the steps with all batch_size rows
+    full_emitted = 0
     emitted_total = accepted_total = drafts = draft_tokens = 0
     used: Counter[str] = Counter()
     while queue or running:
@@ -180,7 +193,11 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
         draft_s = _draft_seconds(cost, batch, longest, running, configs, outcomes)
         batch_verify = sum(1 + out.nodes for out in outcomes)
         verify_s = cost.verify_s(batch, batch * max(1 + out.nodes for out in outcomes), longest, batch_verify)
-        clock += draft_s + verify_s + cost.overhead_s(batch)
+        step_s = draft_s + verify_s + cost.overhead_s(batch)
+        clock += step_s
+        if batch == batch_size:
+            full_clock += step_s
+            full_emitted += sum(out.emitted for out in outcomes)
         keep = []
         for r, context, config, out in zip(running, contexts, configs, outcomes):
             trace = r.trace.trace
@@ -206,7 +223,7 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
         running = keep
     return CellResult(
         workload=workload, batch_size=batch_size, policy=policy_name, config=summarize_configs(used),
-        tokens_per_s=emitted_total / clock if clock > 0 else 0.0,
+        tokens_per_s=full_emitted / full_clock if full_clock > 0 else emitted_total / clock if clock > 0 else 0.0,
         mean_acceptance_length=1.0 + accepted_total / drafts if drafts else 1.0, steps=step, requests=len(traces),
         emitted_tokens=emitted_total, accepted_tokens=accepted_total, drafts=drafts, draft_tokens=draft_tokens,
         seconds=clock, configs=dict(used))
