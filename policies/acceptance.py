@@ -95,6 +95,10 @@ class AcceptanceTable:
             out.append(value)
         return out
 
+    def walks(self, method: str) -> int:
+        """Steps observed for ``method`` (each one observes depth 1, at some width)."""
+        return sum(self.seen[(method, w)][0] for w in self.widths)
+
     def observed_depth(self, method: str) -> int:
         """The deepest depth observed for ``method`` at any width (0 if none)."""
         return self._deepest.get(method, 0)

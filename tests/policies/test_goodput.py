@@ -226,6 +226,23 @@ def test_a_request_continuing_a_long_match_copies_while_one_writing_new_text_doe
     assert sum(not c.speculative for c in fresh[-100:]) >= 90
 
 
+def test_a_due_probe_goes_to_the_request_whose_suffix_match_bucket_has_seen_the_group_least():
+    """The request deciding first writes new text (its lookups find nothing), the second continues a long match (its
+    lookups are always right). At a prior of 0.04 no lookup pays or rides on another's (a ride must add 0.05 expected
+    tokens) until its bucket has observed lookups, so only probes teach the copying bucket. Taken by whichever request decides first, every probe would land in the new text's bucket,
+    and the copying request would never copy."""
+    policy = GoodputPolicy(CHEAP, GoodputOptions(ks=(1, 2, 4, 8), methods=("ngram",), prior=0.04))
+    copying = []
+    for step in range(1, 301):
+        fresh = policy.decide(context("new", batch_size=2, output_len=step, suffix_match=0))
+        copy = policy.decide(context("copy", batch_size=2, output_len=step, suffix_match=9))
+        policy.observe(step_stats(fresh, 0, step=step, request_id="new", batch_size=2,
+                                  proposed=0 if fresh.speculative else None))
+        policy.observe(step_stats(copy, copy.k, step=step, request_id="copy", batch_size=2))
+        copying.append(copy)
+    assert sum(c.method == "ngram" and c.k == 8 for c in copying[-100:]) >= 90
+
+
 def test_a_draft_step_capped_to_nothing_by_the_token_limit_is_not_a_miss():
     policy = GoodputPolicy(CHEAP, GoodputOptions(methods=("draft",)))
     policy.decide(context(output_len=0))
