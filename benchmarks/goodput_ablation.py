@@ -17,8 +17,7 @@ it replays the scored cell. It shows what goodput makes when it starts knowing t
 
 With ``--pricing`` it checks instead how each goodput SPEC prices what it would choose between: per workload and batch
 size of the main traces, each of a few static configs is replayed on a long cell (``--rounds`` times the batch size in
-requests, so that the drain at its end, where speculating requests finish unevenly and off's finish together, weighs
-little) while the controller's estimator (the SPEC's goodput) learns from every step, as from a live engine; then its
+requests) while the controller's estimator (the SPEC's goodput) learns from every step, as from a live engine; then its
 score for that config against off's is set beside the replay's ratio.
 
     .venv/bin/python benchmarks/goodput_ablation.py --pricing goodput [--rounds 8]

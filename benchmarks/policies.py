@@ -12,7 +12,9 @@ Every recorded output runs to the token limit, so off finishes each batch of req
 requests finish unevenly, and once the queue is empty the batch drains through steps of fewer than B rows, which a
 server under steady load would fill with new requests. In cells of 2B requests that drain weighed as much as the
 policies' choices: in held-out HumanEval at B=4, one request order ran 61 of goodput's 189 steps below 4 rows, and
-724 ms of the 767 ms it lost to off went in steps where no request speculated.
+724 ms of the 767 ms it lost to off went in steps where no request speculated. So a cell's tokens/s counts only the
+steps with all B rows (``tuner.replay.simulator``); the live check, whose live runs include their drain, compares
+whole runs.
 An online policy's run is one path through
 many small decisions, and which requests share a step changes it: one request order can put a cell 10% above or
 below another. So every cell is replayed in ``--orders`` request orders (the recorded list rotated) and a figure is

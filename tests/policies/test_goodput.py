@@ -229,8 +229,9 @@ def test_a_request_continuing_a_long_match_copies_while_one_writing_new_text_doe
 def test_a_due_probe_goes_to_the_request_whose_suffix_match_bucket_has_seen_the_group_least():
     """The request deciding first writes new text (its lookups find nothing), the second continues a long match (its
     lookups are always right). At a prior of 0.04 no lookup pays or rides on another's (a ride must add 0.05 expected
-    tokens) until its bucket has observed lookups, so only probes teach the copying bucket. Taken by whichever request decides first, every probe would land in the new text's bucket,
-    and the copying request would never copy."""
+    tokens) until its bucket has observed lookups, so only probes teach the copying bucket. Taken by whichever
+    request decides first, every probe would land in the new text's bucket, and the copying request would never
+    copy."""
     policy = GoodputPolicy(CHEAP, GoodputOptions(ks=(1, 2, 4, 8), methods=("ngram",), prior=0.04))
     copying = []
     for step in range(1, 301):

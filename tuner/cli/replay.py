@@ -71,8 +71,8 @@ def replay(
                                        "requests, the recorded ones repeated, so that B really decode together.")
                      ] = 8,  # tuner.replay.WAVES, not imported here: --help stays fast
 ) -> None:
-    """Replay recorded traces through policies with continuous batching; print tokens/s and mean acceptance length
-    per (workload, batch size)."""
+    """Replay recorded traces through policies with continuous batching; print tokens/s (over the steps that ran
+    the full batch) and mean acceptance length per (workload, batch size)."""
     from tuner.replay import replay_all
     from tuner.traces import load_traces
 
