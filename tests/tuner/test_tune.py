@@ -15,13 +15,15 @@ import pytest
 from typer.testing import CliRunner
 
 from engine.config import SpecConfig
+from policies.cost_model import uniform_grid
+from policies.static import StaticPolicy
 from storage.db import Database
 from storage.profiles import list_active
 from storage.runs import list_runs
-from tests.policies.synthetic import linear_cost
+from tests.policies.synthetic import BATCHES, CONTEXTS, TOKENS, linear_cost, make_trace
 from tests.tuner.tune_helpers import copy_traces, fresh_traces, migrated_postgres, migrated_sqlite, mixed_traces
 from tuner.cli import app
-from tuner.replay import oracle_cell
+from tuner.replay import oracle_cell, replay_cell
 from tuner.traces import write_traces
 from tuner.tuning.progress import finished_trials
 from tuner.tuning.scoring import Bucket, ReplayScorer, Score
@@ -135,6 +137,26 @@ def test_baselines_split_between_two_speculative_configs() -> None:
               for i, params in enumerate(baselines)]
     best = _best_splits(space, scored, {1: 0.5, 16: 0.5}, "throughput")
     assert best == [space.split_baseline(baselines[1], baselines[2], 1)]
+
+
+def test_replay_latency_is_each_full_batch_steps_whole_cost_per_token() -> None:
+    """Inter-token latency counts the engine's per-step overhead, as the step's price does, and only the steps at
+    the cell's batch size, which its tokens/s counts (the drain's steps run fewer rows)."""
+    mine = [t for t in TRACES if t.workload == "copy"]
+    plain = linear_cost()
+    overhead = plain.model_copy(update={"step_overhead_s": (0.05,) * len(plain.target.batch_sizes)})
+    for batch in (1, 4):
+        without = ReplayScorer(mine, plain, {batch: 1.0}).score(Candidate(SpecConfig())).buckets[0]
+        with_overhead = ReplayScorer(mine, overhead, {batch: 1.0}).score(Candidate(SpecConfig())).buckets[0]
+        assert with_overhead.latency_ms == pytest.approx(tuple(ms + 50.0 for ms in without.latency_ms))
+    # a forward of a second below 4 rows: only the drain at the end of a batch-4 cell runs one
+    slow_drain = plain.model_copy(update={"target": uniform_grid(BATCHES, TOKENS, CONTEXTS,
+                                                                 lambda b, t, c: 0.02 if b >= 4 else 1.0)})
+    uneven = [make_trace(range(n), prompt=tuple(range(100, 170)), request_id=str(n)) for n in (10, 30, 50, 70)]
+    scorer = ReplayScorer(uneven, slow_drain, {4: 1.0})
+    cell = replay_cell(scorer.cells[4], StaticPolicy(SpecConfig()), slow_drain, 4, "off")
+    assert cell.seconds > cell.emitted_tokens / cell.tokens_per_s + 1.0  # the cell has a drain
+    assert scorer.score(Candidate(SpecConfig())).buckets[0].latency_ms[2] < 100.0
 
 
 def test_batch_mix_weights_the_buckets() -> None:

@@ -1,7 +1,8 @@
 """Score a candidate: tokens/s and inter-token latency, per batch size and over the workload's batch-size mix.
 
 Replay scores come from the replay simulator on recorded traces priced by a cost model. Inter-token latency: a step
-that emits ``e`` tokens in ``s`` seconds gives each of them ``s / e``; percentiles are over tokens. Live scores come
+that emits ``e`` tokens in ``s`` seconds gives each of them ``s / e``; percentiles are over the tokens of the steps at
+the cell's batch size, the steps its tokens/s counts. Live scores come
 from real requests on an engine (sent one at a time, so batch size 1), with per-request decode time per token.
 """
 
@@ -85,10 +86,14 @@ def spliced(low: Score, high: Score, split: int, mix: Mapping[int, float]) -> Sc
 
 
 class _ScheduledPolicy:
-    """A candidate as a policy: the config in force at the step's batch size; records each step's latency."""
+    """A candidate as a policy: the config in force at the step's batch size. Records the inter-token latency of
+    each request step at the cell's full batch size (a step's whole cost, the engine's overhead included), the steps
+    its tokens/s counts."""
 
-    def __init__(self, candidate: Candidate) -> None:
+    def __init__(self, candidate: Candidate, cost: CostModel, batch_size: int) -> None:
         self.candidate = candidate
+        self.step_s = cost.overhead_s(batch_size)  # per step, on top of its forwards
+        self.batch_size = batch_size
         self.latency_ms: list[float] = []
         self.tokens: list[int] = []
 
@@ -96,10 +101,10 @@ class _ScheduledPolicy:
         return self.candidate.at(ctx.batch_size)
 
     def observe(self, stats: StepStats) -> None:
-        if stats.emitted_tokens:
-            self.latency_ms.append(1000 * (stats.draft_s + stats.verify_s) / stats.emitted_tokens)
+        if stats.emitted_tokens and stats.batch_size == self.batch_size:
+            seconds = stats.draft_s + stats.verify_s + self.step_s
+            self.latency_ms.append(1000 * seconds / stats.emitted_tokens)
             self.tokens.append(stats.emitted_tokens)
-
 
 
 class ReplayScorer:
@@ -118,7 +123,7 @@ class ReplayScorer:
     def score(self, candidate: Candidate) -> Score:
         buckets = []
         for batch_size, cell_traces in self.cells.items():
-            policy = _ScheduledPolicy(candidate)
+            policy = _ScheduledPolicy(candidate, self.cost, batch_size)
             cell = replay_cell(cell_traces, policy, self.cost, batch_size, candidate.label())
             buckets.append(Bucket(batch_size, cell.tokens_per_s, cell.mean_acceptance_length,
                                   _percentiles(policy.latency_ms, policy.tokens), cell.steps))
