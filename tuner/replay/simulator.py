@@ -150,8 +150,7 @@ def repeated(traces: Sequence[Trace | ReplayTrace], count: int, workload: str | 
 def filled(traces: Sequence[Trace | ReplayTrace], batch_size: int, waves: int = WAVES) -> list[ReplayTrace]:
     """The requests a cell at ``batch_size`` replays: the recorded ones, repeated in order up to ``waves`` batches'
     worth where there are fewer. With fewer than B requests a cell would never run at batch size B, and with about
-    B its figure would be mostly the drain at its end, where requests that speculate finish unevenly and leave steps
-    of fewer rows (a server under load fills them with new requests)."""
+    B its full-batch steps would be one wave, ended by the first request to finish, before any request joins."""
     if len(traces) >= waves * batch_size:
         return prepare(traces)
     return repeated(traces, waves * batch_size)
@@ -195,9 +194,9 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
         verify_s = cost.verify_s(batch, batch * max(1 + out.nodes for out in outcomes), longest, batch_verify)
         step_s = draft_s + verify_s + cost.overhead_s(batch)
         clock += step_s
-        if batch == batch_size:
+        full = batch == batch_size
+        if full:
             full_clock += step_s
-            full_emitted += sum(out.emitted for out in outcomes)
         keep = []
         for r, context, config, out in zip(running, contexts, configs, outcomes):
             trace = r.trace.trace
@@ -214,6 +213,8 @@ def replay_cell(traces: Sequence[Trace | ReplayTrace], policy: SpecPolicy, cost:
             r.steps += 1
             r.last = stats
             emitted_total += out.emitted
+            if full:
+                full_emitted += out.emitted
             if out.nodes:
                 drafts += 1
                 draft_tokens += out.nodes

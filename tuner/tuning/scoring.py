@@ -92,7 +92,7 @@ class _ScheduledPolicy:
 
     def __init__(self, candidate: Candidate, cost: CostModel, batch_size: int) -> None:
         self.candidate = candidate
-        self.step_s = cost.overhead_s(batch_size)  # per step, on top of its forwards
+        self.overhead_s = cost.overhead_s(batch_size)  # per step, on top of its forwards
         self.batch_size = batch_size
         self.latency_ms: list[float] = []
         self.tokens: list[int] = []
@@ -102,7 +102,7 @@ class _ScheduledPolicy:
 
     def observe(self, stats: StepStats) -> None:
         if stats.emitted_tokens and stats.batch_size == self.batch_size:
-            seconds = stats.draft_s + stats.verify_s + self.step_s
+            seconds = stats.draft_s + stats.verify_s + self.overhead_s
             self.latency_ms.append(1000 * seconds / stats.emitted_tokens)
             self.tokens.append(stats.emitted_tokens)
 
