@@ -107,7 +107,6 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from math import log2
-from operator import mul
 
 from pydantic import Field, field_validator
 
@@ -251,7 +250,7 @@ class _Workload:
         self.deviations: dict[tuple[int, int], _Deviation] = {}  # (batch, match bucket) -> a request's choice
         # each group's ``_batch_acceptance`` for an epoch, computed by the observations just before it starts, one
         # group per observation (so that no single call computes them all)
-        self.acceptance: list[tuple[int, tuple[list[float], float, int]] | None] = [None] * groups
+        self.acceptance: list[tuple[int, tuple[list[float], list[float], int]] | None] = [None] * groups
         self.prompts = 0  # requests seen deciding their first step
         self.prompt_tokens = 0  # their prompt tokens
         self.limit_tokens = 0  # their token limits (``DecisionContext.max_new_tokens``; 0 where unknown)
@@ -493,15 +492,13 @@ class GoodputPolicy(Policy):
 
     def expected_tokens_per_s(self, workload: str, config: SpecConfig, batch_size: int, context_len: int) -> float:
         """Tokens per second of one request when every request of the batch runs ``config``, priced as the batch's
-        choice is, from the workload-wide estimates (the draft model's cache fills spread over the expected output)."""
+        choice is (the draft model's cache fills spread over the expected output)."""
         work = self._workload(workload)
-        table = work.table
         bucket = max(context_len, 0) // CONTEXT_BUCKET
         if not config.speculative:
             return 1.0 / self._verify(batch_size, bucket, 0.0, 0.0)
-        by_depth = table.accepted_by_depth(config.method, config.tree, config.k)
-        accepted, nodes = by_depth[config.k], config.tree.max_nodes(config.k)
-        fill = table.fill if config.method == "ngram" else 1.0
+        by_depth, fills = self._text_acceptance(work, config.method, config.tree, config.k)
+        accepted, fill, nodes = by_depth[config.k], fills[config.k], config.tree.max_nodes(config.k)
         context = (bucket + 0.5) * CONTEXT_BUCKET
         draft_s = self.cost.draft_s(batch_size, config.k, context, config.method, config.tree)
         if config.method == "draft":  # the pass after a chain accepted in full, and the cache fills
@@ -526,41 +523,42 @@ class GoodputPolicy(Policy):
         cached = work.candidates.get(key)
         if cached is None or cached[0] != epoch:
             cached = work.candidates[key] = (epoch, self._candidates(work, batch, bucket, index, epoch))
-        widest, fill, drafting, candidates = cached[1]
+        drafting, candidates = cached[1]
         filling = self._fill_s(work, batch, bucket) * unfilled if group.method == "draft" else 0.0
         # only a group short of WARM_STEPS runs needs its optimistic score (``_evaluate``)
         doubt = 1.0 / (work.runs[index] + 1) if work.runs[index] < WARM_STEPS else 0.0
-        top_k, top_accepted, top_score, top_seconds, optimistic = 0, 0.0, -1.0, 0.0, 0.0 if doubt else float("inf")
-        for k, accepted, passes_s in candidates:
+        top, top_score, top_seconds, optimistic = candidates[0], -1.0, 0.0, 0.0 if doubt else float("inf")
+        for candidate in candidates:
+            k, accepted, passes_s = candidate[:3]
             seconds = passes_s + (1.0 + accepted) * filling  # a step's tokens per row, each paying its share of fills
             score = (1.0 + accepted) / seconds
             if score > top_score:
-                top_k, top_accepted, top_score, top_seconds = k, accepted, score, seconds
+                top, top_score, top_seconds = candidate, score, seconds
             if doubt:
                 optimistic = max(optimistic, (1.0 + accepted + (k - accepted) * doubt) / seconds)
-        return _Priced(group.configs[top_k], index, top_accepted, group.nodes[top_k] * widest,
-                       group.nodes[top_k] * fill, drafting[top_k], top_seconds, optimistic)
+        top_k, top_accepted, _, nodes, proposed = top
+        return _Priced(group.configs[top_k], index, top_accepted, nodes, proposed, drafting[top_k], top_seconds,
+                       optimistic)
 
     def _candidates(self, work: _Workload, batch: int, bucket: int, index: int,
-                    epoch: int) -> tuple[float, float, list[float], list[tuple[int, float, float]]]:
+                    epoch: int) -> tuple[list[float], list[tuple[int, float, float, float, float]]]:
         """What pricing one group's candidates for the whole batch needs beside the fills, which change from step to
-        step: the share of its depth the widest row verifies, the share proposed, its pass's seconds by depth, and
-        per candidate k up to the reach, E[a] and the step's seconds (draft pass and verify)."""
+        step: its pass's seconds by depth, and per candidate k up to the reach, E[a], the step's seconds (draft pass
+        and verify), and the draft nodes per row verified (the padding to the widest row included) and proposed."""
         group = self.groups[index]
         cached = work.acceptance[index]
         if cached is None or cached[0] != epoch:
             cached = work.acceptance[index] = (epoch, self._batch_acceptance(work, group))
-        accepted, fill, reach = cached[1]
-        widest = _widest(fill, batch)
+        accepted, fills, reach = cached[1]
         drafting = self._drafting(batch, bucket, index, accepted)
         candidates = []
         for k in group.ks:
-            nodes = group.nodes[k]
-            candidates.append((k, accepted[k],
-                               drafting[k] + self._verify(batch, bucket, nodes * widest, batch * nodes * fill)))
+            widest, proposed = group.nodes[k] * _widest(fills[k], batch), group.nodes[k] * fills[k]
+            candidates.append((k, accepted[k], drafting[k] + self._verify(batch, bucket, widest, batch * proposed),
+                               widest, proposed))
             if k >= reach:  # the first candidate at or past the reach is the deepest priced
                 break
-        return widest, fill, drafting, candidates
+        return drafting, candidates
 
     def _evaluate(self, work: _Workload, batch: int, bucket: int, epoch: int, unfilled: float) -> _Choice:
         """The best config for the whole batch, and each other group's best config with the steps to wait between
@@ -597,32 +595,43 @@ class GoodputPolicy(Policy):
         return max((self._price_group(work, batch, bucket, i, epoch, steady).score for i in range(len(self.groups))
                     if work.runs[i] and self.groups[i].method == "draft"), default=0.0) > rest
 
-    def _batch_acceptance(self, work: _Workload, group: _Group) -> tuple[list[float], float, int]:
-        """E[a] by depth, the n-gram fill (1 for a draft model) and the depth reach of ``group`` for a typical
-        request of the workload: the suffix-match buckets' estimates weighted by the share of the text in each.
-        (The workload's own table is biased once requests deviate by bucket: a draft model would be observed mostly
-        where lookups fail.) Weighted by tokens, not by steps: a config that accepts 5 tokens where a file is being
-        copied passes through the copy in a fifth of the steps that off takes, so the share of steps spent there
-        depends on the config; steps seen under off would price a lookup as if copying lasted five times longer.
-        Without buckets, the workload's table."""
+    def _batch_acceptance(self, work: _Workload, group: _Group) -> tuple[list[float], list[float], int]:
+        """E[a] and the n-gram fill by depth (``_text_acceptance``) up to the deepest candidate priced, and the depth
+        reach of ``group``."""
+        method, tables = group.method, work.matched.values()
+        reach = max([work.table.observed_depth(method), *(t.observed_depth(method) for t in tables)]) + REACH
+        depth = group.deepest(reach) if tables else group.max_k
+        return (*self._text_acceptance(work, method, group.tree, depth), reach)
+
+    @staticmethod
+    def _text_acceptance(work: _Workload, method: str, tree: TreeShape, depth: int) -> tuple[list[float], list[float]]:
+        """E[a] and the n-gram fill (the share of the depth a lookup proposes; 1 for a draft model) at depths
+        0..``depth`` for a typical request of the workload: the suffix-match buckets' estimates weighted by the share
+        of the text in each. (The workload's own table is biased once requests deviate by bucket: a draft model would
+        be observed mostly where lookups fail.) E[a] is weighted by tokens, not by steps: a config that accepts 5
+        tokens where a file is being copied passes through the copy in a fifth of the steps that off takes, so the
+        share of steps spent there depends on the config; steps seen under off would price a lookup as if copying
+        lasted five times longer. The fill is a share of steps, so it is weighted by the steps each bucket takes at
+        that depth (by tokens, the copied stretches, where lookups propose in full, counted up to k + 1 times over:
+        n-gram k=4 at HumanEval B=2 was priced 6% below its replay). Without buckets, the workload's table."""
         if not work.matched:
             table = work.table
-            fill = table.fill if group.method == "ngram" else 1.0
-            return (table.accepted_by_depth(group.method, group.tree, group.max_k), fill,
-                    table.observed_depth(group.method) + REACH)
-        method, tables = group.method, list(work.matched.values())
+            return table.accepted_by_depth(method, tree, depth), \
+                [table.fill if method == "ngram" else 1.0] * (depth + 1)
+        tables = list(work.matched.values())
         shares = [work.mix.get(m, 0.0) for m in work.matched]
         total = sum(shares)
         weights = [share / total for share in shares] if total > 0 else [1.0 / len(tables)] * len(tables)
-        reach = max(work.table.observed_depth(method), *[t.observed_depth(method) for t in tables]) + REACH
-        priced = group.deepest(reach)
         # a step emits 1 + E[a]: tokens per step over the text is the token-weighted harmonic mean
-        tree = group.tree
-        steps = [[w / (1.0 + a) for a in table.accepted_by_depth(method, tree, priced, cache=False)]
+        steps = [[w / (1.0 + a) for a in table.accepted_by_depth(method, tree, depth, cache=False)]
                  for w, table in zip(weights, tables, strict=True)]  # tables change every observation: no caching
-        accepted = [1.0 / sum(column) - 1.0 for column in zip(*steps)]
-        fill = sum(map(mul, weights, [t.fill for t in tables])) if method == "ngram" else 1.0
-        return accepted, fill, reach
+        per_token = [sum(column) for column in zip(*steps)]
+        accepted = [1.0 / s - 1.0 for s in per_token]
+        if method != "ngram":
+            return accepted, [1.0] * (depth + 1)
+        fills = [sum(by_depth[k] * table.fill for by_depth, table in zip(steps, tables, strict=True)) / per_token[k]
+                 for k in range(depth + 1)]
+        return accepted, fills
 
     def _catch_up(self, ctx: DecisionContext) -> int:
         """Tokens the draft model's cache lacks for this request (1 if it drafted last step), rounded up to a power

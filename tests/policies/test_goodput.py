@@ -522,6 +522,36 @@ def test_a_lookup_that_comes_up_short_pays_the_head_only_over_what_it_proposes()
     assert seconds[1] - seconds[0] == pytest.approx(0.004 + 0.001 * (batch + proposed))
 
 
+class Observing:
+    """Runs ``config`` while ``policy`` decides beside it and learns from every step (as under a wrapper holding the
+    config), at the suffix matches the replay reports."""
+
+    reads_suffix_match = True
+
+    def __init__(self, policy: GoodputPolicy, config: SpecConfig) -> None:
+        self.policy, self.config, self.contexts = policy, config, []
+
+    def decide(self, ctx: DecisionContext) -> SpecConfig:
+        self.policy.decide(ctx)
+        self.policy.overridden(ctx.request_id, self.config)
+        self.contexts.append(ctx.step_context_len)
+        return self.config
+
+    def observe(self, stats: StepStats) -> None:
+        self.policy.observe(stats)
+
+
+def priced_and_replayed(cost, traces, config: SpecConfig, batch: int) -> tuple[float, float]:
+    """``config``'s tokens/s against off's as goodput prices it after learning from its replay, and as replayed."""
+    observing = Observing(GoodputPolicy(cost), config)
+    replayed = replay_cell(traces, observing, cost, batch, "static").tokens_per_s \
+        / replay_cell(traces, StaticPolicy(SpecConfig()), cost, batch, "static").tokens_per_s
+    policy, context = observing.policy, round(sum(observing.contexts) / len(observing.contexts))
+    priced = policy.expected_tokens_per_s("w", config, batch, context) \
+        / policy.expected_tokens_per_s("w", SpecConfig(), batch, context)
+    return priced, replayed
+
+
 def test_a_draft_chain_is_priced_as_the_replay_runs_it_with_two_tokens_fed_after_a_chain_accepted_in_full():
     # feeding a draft forward is dear here, so the pass after a chain accepted in full, which feeds the deepest draft
     # token (proposed but never read by the draft model) and the bonus token, costs far more than the usual one
@@ -530,25 +560,24 @@ def test_a_draft_chain_is_priced_as_the_replay_runs_it_with_two_tokens_fed_after
     traces = [make_trace(range(1000 * i, 1000 * i + 160), prompt=tuple(range(100, 164)),
                          ranks=[int(misses.random() < 0.2) for _ in range(160)], request_id=f"r{i}")
               for i in range(8)]
-    batch, config = 2, SpecConfig(method="draft", k=2)
-    policy, contexts = GoodputPolicy(cost), []
-
-    class Observing:
-        def decide(self, ctx: DecisionContext) -> SpecConfig:
-            policy.decide(ctx)
-            policy.overridden(ctx.request_id, config)
-            contexts.append(ctx.step_context_len)
-            return config
-
-        def observe(self, stats: StepStats) -> None:
-            policy.observe(stats)
-
-    replayed = replay_cell(traces, Observing(), cost, batch, "static").tokens_per_s \
-        / replay_cell(traces, StaticPolicy(SpecConfig()), cost, batch, "static").tokens_per_s
-    context = round(sum(contexts) / len(contexts))
-    priced = policy.expected_tokens_per_s("w", config, batch, context) \
-        / policy.expected_tokens_per_s("w", SpecConfig(), batch, context)
+    priced, replayed = priced_and_replayed(cost, traces, SpecConfig(method="draft", k=2), batch=2)
     assert priced == pytest.approx(replayed, rel=0.03)
+
+
+def test_a_lookups_fill_is_priced_as_its_share_of_steps_not_of_text():
+    # Half the text is copied (the lookup proposes 4 tokens and all are accepted: 5 tokens a step) and half is new
+    # (it proposes nothing: 1 token a step), so the lookup proposes in full in one step of six. Weighted by the
+    # text, the fill read 1/2 and priced three times the verify nodes the lookups propose (n-gram k=4 at
+    # HumanEval B=2 priced 6% below its replay).
+    policy, config = GoodputPolicy(CHEAP, GoodputOptions(decay=0.0001)), SpecConfig(method="ngram", k=4)
+    for step in range(1, 601):
+        copying = step % 6 == 0
+        policy.decide(context(output_len=step, suffix_match=12 if copying else 0))
+        policy.overridden("r0", config)
+        policy.observe(step_stats(config, 4 if copying else 0, step=step, proposed=4 if copying else 0))
+    accepted, fills = policy._text_acceptance(policy._workloads["w"], "ngram", config.tree, 4)
+    assert fills[4] == pytest.approx(1 / 6, abs=0.02)
+    assert 1 + accepted[4] == pytest.approx(10 / 6, rel=0.02)  # tokens per step over the text
 
 
 def test_a_lone_draft_probe_pays_the_draft_head_over_its_own_row_only():
