@@ -17,8 +17,9 @@ it replays the scored cell. It shows what goodput makes when it starts knowing t
 
 With ``--pricing`` it checks instead how each goodput SPEC prices what it would choose between: per workload and batch
 size of the main traces, each of a few static configs is replayed on a long cell (``--rounds`` times the batch size in
-requests) while the controller's estimator (the SPEC's goodput) learns from every step, as from a live engine; then its
-score for that config against off's is set beside the replay's ratio.
+requests) while the controller's estimator (the SPEC's goodput) learns from every step, as from a live engine, and so
+does the SPEC's deciding policy, whose suffix-match buckets the controller has not; then each one's price of that
+config against off's is set beside the replay's ratio (the policy's is the one its batch's choice weighs).
 
     .venv/bin/python benchmarks/goodput_ablation.py --pricing goodput [--rounds 8]
 """
@@ -83,43 +84,53 @@ def run(spec: str, cost, cell: tuple[str, int], cells: dict, warm_cells: dict | 
     return replay_cell(cells[cell], policy, cost, cell[1], spec)
 
 
-class Observed:
-    """Runs ``static`` while the controller's ``estimator`` learns from every step, as it does from a live engine."""
+class Observed(Seeding):
+    """Runs ``static`` while the controller's ``estimator`` learns from every step, as it does from a live engine,
+    and the deciding ``policy`` (with its suffix-match buckets) beside it."""
 
-    def __init__(self, static, estimator: Estimator) -> None:
-        self.static, self.estimator, self.contexts = static, estimator, []
+    def __init__(self, static, estimator: Estimator, policy) -> None:
+        super().__init__(static, policy)
+        self.estimator, self.contexts = estimator, []
 
     def decide(self, ctx):
         self.contexts.append(ctx.step_context_len)
-        return self.static.decide(ctx)
+        return super().decide(ctx)
 
     def observe(self, stats) -> None:
         self.estimator.observe(stats, self.static.config)
+        super().observe(stats)
 
 
 def pricing(spec: str, cost, bench, groups: dict, rounds: int) -> None:
-    """Per (workload, batch size, config): the replay's tokens/s against off's, and the policy's price of the same."""
+    """Per (workload, batch size, config): the replay's tokens/s against off's, the controller's price of the same,
+    and the deciding policy's (the batch's choice, from the suffix-match buckets' estimates)."""
     options = build_estimator(spec, cost).options
     configs = [f"static:method=draft,k={k}" for k in (1, 2, 4)] + \
         [f"static:method=ngram,k={k},min_n={options.min_n},max_n={options.max_n}" for k in (2, 4)]
-    errors: dict[str, list[float]] = {"draft": [], "ngram": []}
+    errors: dict[tuple[str, str], list[float]] = {(who, method): [] for who in ("controller", "policy")
+                                                  for method in ("draft", "ngram")}
     for workload in bench.WORKLOADS:
         for batch in bench.BATCH_SIZES:
             traces = filled(groups[workload], batch, rounds)
             off = replay_cell(traces, build_policy("static", cost), cost, batch, "static").tokens_per_s
             line = []
             for static in configs:
-                observed = Observed(build_policy(static, cost), Estimator(build_estimator(spec, cost)))
+                observed = Observed(build_policy(static, cost), Estimator(build_estimator(spec, cost)),
+                                    build_policy(spec, cost))
                 replayed = replay_cell(traces, observed, cost, batch, static).tokens_per_s / off
-                config, estimator = observed.static.config, observed.estimator
+                config, estimator, policy = observed.static.config, observed.estimator, observed.policy
                 context = round(statistics.mean(observed.contexts))
                 priced = estimator.score(workload, config, batch, context) \
                     / estimator.score(workload, estimator.policy.off, batch, context)
-                errors[config.method].append(priced / replayed - 1.0)
-                line.append(f"{config.method} k={config.k} {replayed:.3f}/{priced:.3f}")
-            print(f"{spec} {workload:<9} B={batch:<2} replayed/priced vs off: {', '.join(line)}", flush=True)
-    for method, errs in errors.items():
-        print(f"{spec}: {method} priced/replayed - 1: median {statistics.median(errs):+.3f}, "
+                decided = policy.expected_tokens_per_s(workload, config, batch, context) \
+                    / policy.expected_tokens_per_s(workload, policy.off, batch, context)
+                errors[("controller", config.method)].append(priced / replayed - 1.0)
+                errors[("policy", config.method)].append(decided / replayed - 1.0)
+                line.append(f"{config.method} k={config.k} {replayed:.3f}/{priced:.3f}/{decided:.3f}")
+            print(f"{spec} {workload:<9} B={batch:<2} replayed/controller's/policy's price vs off: {', '.join(line)}",
+                  flush=True)
+    for (who, method), errs in errors.items():
+        print(f"{spec}: {who}'s {method} priced/replayed - 1: median {statistics.median(errs):+.3f}, "
               f"median |.| {statistics.median(map(abs, errs)):.3f}, range {min(errs):+.3f} to {max(errs):+.3f}")
 
 

@@ -66,8 +66,9 @@ draft model only if its cache is current and the step's pass is as deep). Reques
 only those after the widest one ride.
 
 The batch's choice itself is priced with the buckets' estimates weighted by their share of
-the text (output tokens, not steps: a deep lookup passes a copied stretch in a few steps), since the workload-wide
-estimate is biased once requests deviate (a draft model ends up observed mostly where lookups fail).
+the text (output tokens, not steps: a deep lookup passes a copied stretch in a few steps), and a lookup's fill with
+the share of steps each bucket takes at the config's depth, since the workload-wide estimate is biased once requests
+deviate (a draft model ends up observed mostly where lookups fail).
 
 Estimates only move for what runs, so every other (method, tree) group, and speculation itself while off, is probed:
 a group's best config runs for one engine step, in one request of the batch, once ``loss / probe_budget`` engine
