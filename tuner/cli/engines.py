@@ -118,9 +118,9 @@ def launch(
         raise typer.Exit(code=1) from None
     process = adapter.process
     assert process is not None
-    print(f"llama-server ready at {process.url} (pid {process.pid}): {spec.label()}", file=sys.stderr)
-    print(shlex.join(process.command), file=sys.stderr, flush=True)
-    try:
+    try:  # from here on Ctrl-C stops the server: a caller may send it as soon as it reads the ready line
+        print(f"llama-server ready at {process.url} (pid {process.pid}): {spec.label()}", file=sys.stderr)
+        print(shlex.join(process.command), file=sys.stderr, flush=True)
         code = process.wait()
     except KeyboardInterrupt:
         code = 0
