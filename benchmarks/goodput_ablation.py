@@ -15,6 +15,12 @@ batch 1 under draft k=8 and then n-gram k=8, so that every suffix-match bucket h
 it replays the scored cell. It shows what goodput makes when it starts knowing the acceptance
 (the mixed cells are left out: their phases are other workloads).
 
+With ``--waves N`` the cells hold N x B requests instead of the table's 8 x B (the mixed cells do not change): what
+goodput makes once its learning is paid over a longer run. Off and the table's oracle config are then replayed on the
+same cells, in every request order, and the ratios are to those. ``--only W:B,...`` replays just those cells.
+
+    .venv/bin/python benchmarks/goodput_ablation.py goodput --waves 32 --only humaneval:4,math:2,math:4 --cells
+
 With ``--pricing`` it checks instead how each goodput SPEC prices what it would choose between: per workload and batch
 size of the main traces, each of a few static configs is replayed on a long cell (``--rounds`` times the batch size in
 requests) while the controller's estimator (the SPEC's goodput) learns from every step, as from a live engine, and so
@@ -134,6 +140,31 @@ def pricing(spec: str, cost, bench, groups: dict, rounds: int) -> None:
               f"median |.| {statistics.median(map(abs, errs)):.3f}, range {min(errs):+.3f} to {max(errs):+.3f}")
 
 
+def _cells(text: str) -> set[tuple[str, int]]:
+    """``W:B,...`` as (workload, batch size) cells."""
+    cells = set()
+    for item in text.split(","):
+        workload, _, batch = item.strip().partition(":")
+        if not workload or not batch.isdigit():
+            raise ValueError(f"{item.strip()!r}: give WORKLOAD:BATCH_SIZE, e.g. humaneval:4")
+        cells.add((workload, int(batch)))
+    return cells
+
+
+def _off_and_oracle(row: dict, by_order: list[dict], cost) -> tuple[float, float]:
+    """Off's mean tokens/s over the request orders of ``row``'s cell, and the table's oracle config's against it."""
+    from policies.static import StaticPolicy
+    from tuner.replay.oracle import static_grid
+
+    cell = (row["workload"], row["batch_size"])
+    configs = {c.label(): c for c in static_grid([t.trace for t in by_order[0][cell]])}
+    means = []
+    for config in (configs["off"], configs[row["oracle_config"]]):
+        runs = [replay_cell(cells[cell], StaticPolicy(config), cost, cell[1], "static") for cells in by_order]
+        means.append(sum(r.tokens_per_s for r in runs) / len(runs))
+    return means[0], means[1] / means[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("specs", nargs="+", help="policy SPECs, e.g. goodput goodput:margin=0.05")
@@ -146,6 +177,10 @@ def main() -> None:
     parser.add_argument("--pricing", action="store_true",
                         help="compare each goodput SPEC's price of static configs with their replay instead")
     parser.add_argument("--rounds", type=int, default=8, help="--pricing: requests per cell, times the batch size")
+    parser.add_argument("--waves", type=int, default=None,
+                        help="requests per cell, times the batch size (default: the table's); off and the oracle "
+                             "config are replayed again when it differs")
+    parser.add_argument("--only", default=None, metavar="W:B,...", help="replay only these cells, e.g. humaneval:4")
     args = parser.parse_args()
     if args.orders < 1:
         parser.error("--orders: must be at least 1")
@@ -153,9 +188,19 @@ def main() -> None:
         parser.error("--rounds: must be at least 1")
     if args.warm + args.seeded + args.pricing > 1:
         parser.error("--warm, --seeded and --pricing: choose one")
+    if args.waves is not None and args.waves < 1:
+        parser.error("--waves: must be at least 1")
     bench = _policies_benchmark()
     table = json.loads((bench.RESULTS / "policies.json").read_text())
-    prompts, waves = table["meta"]["prompts"], table["meta"]["waves"]
+    prompts, waves = table["meta"]["prompts"], args.waves or table["meta"]["waves"]
+    rescored = waves != table["meta"]["waves"]
+    try:
+        only = _cells(args.only) if args.only else None
+    except ValueError as exc:
+        parser.error(f"--only: {exc}")
+    unknown = sorted(only - {(r["workload"], r["batch_size"]) for r in table["cells"]}) if only else []
+    if unknown:
+        parser.error(f"--only: no cell {', '.join(f'{w}:{b}' for w, b in unknown)} in the table")
     cost = bench.cost_model(bench.Models())
     for spec in args.specs:
         try:
@@ -187,13 +232,15 @@ def main() -> None:
             ratios, misses, lowest, mixed = [], [], float("inf"), []
             for row in table[key]:
                 cell = (row["workload"], row["batch_size"])
-                if args.seeded and cell[0] == "mixed":
+                if args.seeded and cell[0] == "mixed" or only is not None and cell not in only:
                     continue
                 seed = seeds[other][cell[0]] if args.seeded else None
                 runs = [run(spec, cost, cell, cells, warm, seed)
                         for cells, warm in zip(by_order, warm_by_order, strict=True)]
-                speedup = sum(r.tokens_per_s for r in runs) / len(runs) / row["off_tokens_per_s"]
-                ratio = speedup / row["oracle"]
+                off, oracle = (_off_and_oracle(row, by_order, cost) if rescored and cell[0] != "mixed"
+                               else (row["off_tokens_per_s"], row["oracle"]))
+                speedup = sum(r.tokens_per_s for r in runs) / len(runs) / off
+                ratio = speedup / oracle
                 ratios.append(ratio)
                 if args.cells:
                     print(f"{label:<13} {spec}: {cell[0]} B={cell[1]} {ratio:.3f}x oracle, {speedup:.3f}x off")
@@ -202,6 +249,8 @@ def main() -> None:
                     misses.append(f"{cell[0]} B={cell[1]} {ratio:.3f}")
                 if cell[0] == "mixed":
                     mixed.append(f"{speedup / row['best_global_static']:.2f}")
+            if not ratios:
+                continue
             met = sum(r >= TARGET_RATIO for r in ratios)
             print(f"{label:<13} {spec}: >= {TARGET_RATIO}x oracle in {met}/{len(ratios)} cells, mean "
                   f"{sum(ratios) / len(ratios):.3f}; lowest vs off {lowest:.3f}; "
