@@ -196,9 +196,10 @@ def tune(workload: str, trials: int, *, source: str = "replay", objective: str =
                     if not join and not study.trials:
                         _add_baselines(study, space, score_trial, objective, normalize_mix(batch_mix), target,
                                        bar.callback)
-                    if finished_trials(study) < target:
-                        study.optimize(objective_fn, n_trials=target - finished_trials(study),
-                                       callbacks=[stop_when_done, bar.callback], catch=())
+                    left = target - finished_trials(study)  # the baselines may have filled the target
+                    if left > 0:
+                        study.optimize(objective_fn, n_trials=left, callbacks=[stop_when_done, bar.callback],
+                                       catch=())
             result.trials_done = finished_trials(study)
             result.stopped = stop is not None and stop.is_set()
             ranked = _ranked(study, objective, confirm_top)
