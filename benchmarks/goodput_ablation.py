@@ -8,7 +8,10 @@ order), then the scored cell: what a policy that has served the workload for a w
 cold on a cell of at most about 800 engine steps. (Each replay counts its steps from 1, as a new engine would; goodput
 counts them on from the last.)
 
-    .venv/bin/python benchmarks/goodput_ablation.py goodput goodput:prior=0.7 [--orders 4] [--warm | --seeded]
+    .venv/bin/python benchmarks/goodput_ablation.py goodput goodput:prior=0.7 [--orders 4] [--warm | --again | --seeded]
+
+With ``--again`` each policy replays the scored cell itself first: the same requests in the same order, so the second
+replay, the one scored, starts from everything the first taught it.
 
 With ``--seeded`` each policy first learns from the other prompt split's requests of the cell's workload, replayed at
 batch 1 under draft k=8 and then n-gram k=8, so that every suffix-match bucket holds both methods' acceptance; then
@@ -80,8 +83,8 @@ SEEDS = ("static:method=draft,k=8", "static:method=ngram,k=8")
 
 
 def run(spec: str, cost, cell: tuple[str, int], cells: dict, warm_cells: dict | None, seed: list | None = None):
-    """One replay of ``cell``, after one of the other split's (``warm_cells``) or after learning from ``seed``
-    requests at batch 1 under each of ``SEEDS``, when given."""
+    """One replay of ``cell``, after one of ``warm_cells`` (the other split's, or these same cells) or after learning
+    from ``seed`` requests at batch 1 under each of ``SEEDS``, when given."""
     policy = build_policy(spec, cost)
     if warm_cells is not None:
         replay_cell(warm_cells[cell], policy, cost, cell[1], spec)
@@ -172,6 +175,8 @@ def main() -> None:
     parser.add_argument("--cells", action="store_true", help="also print every cell's ratio to its oracle")
     parser.add_argument("--warm", action="store_true",
                         help="warm each policy on the other prompt split's same cell before the scored replay")
+    parser.add_argument("--again", action="store_true",
+                        help="replay each cell twice with the same policy and score the second replay")
     parser.add_argument("--seeded", action="store_true",
                         help="seed each policy with both methods' acceptance from the other prompt split first")
     parser.add_argument("--pricing", action="store_true",
@@ -186,8 +191,8 @@ def main() -> None:
         parser.error("--orders: must be at least 1")
     if args.rounds < 1:
         parser.error("--rounds: must be at least 1")
-    if args.warm + args.seeded + args.pricing > 1:
-        parser.error("--warm, --seeded and --pricing: choose one")
+    if args.warm + args.again + args.seeded + args.pricing > 1:
+        parser.error("--warm, --again, --seeded and --pricing: choose one")
     if args.waves is not None and args.waves < 1:
         parser.error("--waves: must be at least 1")
     bench = _policies_benchmark()
@@ -227,8 +232,9 @@ def main() -> None:
     for name, _, key, _ in splits:
         by_order = by_split[name]
         other = "held-out" if name == "main" else "main"
-        warm_by_order = by_split[other] if args.warm else [None] * args.orders
-        label = f"{name} warm" if args.warm else f"{name} seeded" if args.seeded else name
+        warm_by_order = by_split[other] if args.warm else by_order if args.again else [None] * args.orders
+        label = f"{name} warm" if args.warm else f"{name} again" if args.again else \
+            f"{name} seeded" if args.seeded else name
         for spec in args.specs:
             ratios, misses, lowest, mixed = [], [], float("inf"), []
             for row in table[key]:
