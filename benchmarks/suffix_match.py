@@ -19,7 +19,7 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 
 from engine.config import SpecConfig
 from tuner.replay import ReplayTrace
-from tuner.traces import load_traces
+from tuner.traces import TraceError, load_traces
 
 DRAFTERS = {"n-gram lookup (k=16, n=1..4)": SpecConfig(method="ngram", k=16, min_n=1, max_n=4),
             "draft model (k=16 chain)": SpecConfig(method="draft", k=16)}
@@ -31,8 +31,13 @@ def main() -> None:
     parser.add_argument("--traces", type=Path, default=Path(__file__).resolve().parent / "results" / "traces")
     args = parser.parse_args()
     columns = [str(m) for m in range(LONGEST)] + [f"{LONGEST}+"]
-    replays = {path.stem: [ReplayTrace(trace) for trace in load_traces(path)]
-               for path in sorted(args.traces.glob("*.jsonl"))}
+    paths = sorted(args.traces.glob("*.jsonl")) if args.traces.is_dir() else []
+    if not paths:
+        parser.error(f"--traces: no *.jsonl trace files in {args.traces}")
+    try:
+        replays = {path.stem: [ReplayTrace(trace) for trace in load_traces(path)] for path in paths}
+    except TraceError as exc:
+        parser.error(f"--traces: {exc}")
     for drafter, config in DRAFTERS.items():
         print(f"\n{drafter}: mean tokens accepted (positions) by suffix-match length")
         print(f"| workload | {' | '.join(columns)} |")
