@@ -31,13 +31,13 @@ def main() -> None:
     parser.add_argument("--traces", type=Path, default=Path(__file__).resolve().parent / "results" / "traces")
     args = parser.parse_args()
     columns = [str(m) for m in range(LONGEST)] + [f"{LONGEST}+"]
-    paths = sorted(args.traces.glob("*.jsonl")) if args.traces.is_dir() else []
-    if not paths:
-        parser.error(f"--traces: no *.jsonl trace files in {args.traces}")
     try:
-        replays = {path.stem: [ReplayTrace(trace) for trace in load_traces(path)] for path in paths}
+        traces = load_traces(args.traces)
     except TraceError as exc:
         parser.error(f"--traces: {exc}")
+    replays: dict[str, list[ReplayTrace]] = defaultdict(list)
+    for trace in traces:
+        replays[trace.workload].append(ReplayTrace(trace))
     for drafter, config in DRAFTERS.items():
         print(f"\n{drafter}: mean tokens accepted (positions) by suffix-match length")
         print(f"| workload | {' | '.join(columns)} |")

@@ -2,7 +2,7 @@
 
 The target computes its next-token distribution at every decode step, speculating or not, so its confidence (the top
 probability) costs nothing to observe, where the draft model's acceptance is seen only in steps that run the draft
-model. Per trace file this prints, over every output position: the target's mean top probability (teacher-forced over
+model. Per workload this prints, over every output position: the target's mean top probability (teacher-forced over
 the prompt and the recorded output, in one forward per request), the draft model's mean top probability there and its
 depth-1 acceptance (both from the trace), and the correlation of the target's confidence with a depth-1 hit.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
@@ -41,14 +42,15 @@ def main() -> None:
     parser.add_argument("--traces", type=Path, default=Path(__file__).resolve().parent / "results" / "traces")
     parser.add_argument("--dtype", default="float32", help="the target's dtype here (default float32)")
     args = parser.parse_args()
-    paths = sorted(args.traces.glob("*.jsonl")) if args.traces.is_dir() else []
-    if not paths:
-        parser.error(f"--traces: no *.jsonl trace files in {args.traces}")
     try:
-        by_file = {path.stem: load_traces(path) for path in paths}
+        traces = load_traces(args.traces)
     except TraceError as exc:
         parser.error(f"--traces: {exc}")
-    recorded = [t for traces in by_file.values() for t in traces if t.draft_top_prob is not None]
+    by_workload: dict[str, list[Trace]] = defaultdict(list)
+    for trace in traces:
+        if trace.draft_top_prob is not None:
+            by_workload[trace.workload].append(trace)
+    recorded = [t for group in by_workload.values() for t in group]
     if not recorded:
         parser.error(f"--traces: no trace in {args.traces} was recorded with a draft model")
     targets = {t.target for t in recorded}
@@ -59,10 +61,7 @@ def main() -> None:
     print("| workload | positions | target confidence | draft confidence | draft acceptance (depth 1) | "
           "corr(target confidence, hit) |")
     print("|---|---|---|---|---|---|")
-    for name, traces in by_file.items():
-        traces = [t for t in traces if t.draft_top_prob is not None and t.draft_rank is not None]
-        if not traces:
-            continue
+    for name, traces in by_workload.items():
         confidence = np.array([c for t in traces for c in target_confidence(target.model, t)])
         draft = np.array([c for t in traces for c in t.draft_top_prob])
         hit = np.array([rank == 0 for t in traces for rank in t.draft_rank], dtype=float)
