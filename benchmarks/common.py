@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -122,3 +122,18 @@ def geomean(values: Sequence[float]) -> float:
 def pin_threads(n: int) -> None:
     """Same intra-op thread count for every side of a comparison."""
     torch.set_num_threads(n)
+
+
+def measure_interleaved(runs: dict[tuple, Callable[[], None]], rounds: int, log) -> dict[tuple, Spread]:
+    """Each of ``runs`` timed once per round for ``rounds`` rounds, in a rotated order, after one untimed warm-up
+    call each; ``log`` is told each round's start."""
+    for run in runs.values():  # warm-up: first calls allocate and pick kernels
+        run()
+    times: dict[tuple, list[float]] = {key: [] for key in runs}
+    for rep, key in interleaved(list(runs), rounds):
+        start = time.perf_counter()
+        runs[key]()
+        times[key].append(time.perf_counter() - start)
+        if key == next(iter(runs)):
+            log(f"round {rep + 1}/{rounds}")
+    return {key: Spread.of(t) for key, t in times.items()}

@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import Spread, interleaved, pin_threads  # noqa: E402
+from benchmarks.common import Spread, measure_interleaved, pin_threads  # noqa: E402
 from engine.models import hardware_fingerprint, load_model  # noqa: E402
 from tuner.calibrate import forward_step, prefill  # noqa: E402
 
@@ -50,19 +50,6 @@ def points(role: str, dtype: str, loaded, context: int, prefill_tokens: int) -> 
     if role == "target":
         out.update({(role, dtype, f"verify k={k}"): forward_step(base, 1, k + 1) for k in VERIFY_KS})
     return out
-
-
-def measure(runs: dict[tuple, Callable[[], None]], rounds: int, log) -> dict[tuple, Spread]:
-    for run in runs.values():  # warm-up: first calls allocate and pick kernels
-        run()
-    times: dict[tuple, list[float]] = {key: [] for key in runs}
-    for rep, key in interleaved(list(runs), rounds):
-        start = time.perf_counter()
-        runs[key]()
-        times[key].append(time.perf_counter() - start)
-        if key == next(iter(runs)):
-            log(f"round {rep + 1}/{rounds}")
-    return {key: Spread.of(t) for key, t in times.items()}
 
 
 def markdown(meta: dict, cost: dict[tuple, Spread]) -> str:
@@ -130,7 +117,7 @@ def main() -> None:
         for dtype in dtypes:
             log(f"loading {role} {name} {dtype}")
             runs.update(points(role, dtype, load_model(name, dtype=dtype, device="cpu"), args.context, args.prefill))
-    cost = measure(runs, args.rounds, log)
+    cost = measure_interleaved(runs, args.rounds, log)
     meta.update(load_avg_end=os.getloadavg(), wall_s=round(time.perf_counter() - started, 1))
     text = markdown(meta, cost)
     print(text)
