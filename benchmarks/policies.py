@@ -22,6 +22,7 @@ the mean over them; the oracle is the best static config by that mean among the 
 ``ORACLE_FINALISTS`` (and off and the best global static).
 
     nice .venv/bin/python benchmarks/policies.py [--prompts 4] [--new-tokens 96] [--orders 4] [--waves 8] [--skip-live]
+    nice .venv/bin/python benchmarks/policies.py --live-only [--live-dtype float32]   # the live check alone
 """
 
 from __future__ import annotations
@@ -53,17 +54,26 @@ LIVE_CELLS = (("code-edit", 4, "static:method=ngram,k=8"), ("humaneval", 2, "sta
 
 
 class Models:
-    """Target and draft, loaded on first use (a rerun with cached traces and cost model loads nothing)."""
+    """Target and draft, loaded on first use (a rerun with cached traces and cost model loads nothing), in ``dtype``:
+    the traces and the cost model are ``DTYPE``'s, while the live check may run in another (``--live-dtype``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dtype: str = DTYPE) -> None:
+        self.dtype = dtype
         self._pair = None
 
     def get(self):
         if self._pair is None:
             from engine.models import load_pair
 
-            self._pair = load_pair(TARGET, DRAFT, DTYPE)
+            self._pair = load_pair(TARGET, DRAFT, self.dtype)
         return self._pair
+
+    def for_recording(self):
+        """The pair, for recording traces or calibrating, which only ``DTYPE`` may do: the tables price one engine."""
+        if self.dtype != DTYPE:
+            raise SystemExit(f"--live-dtype {self.dtype}: the traces and the cost model are recorded in {DTYPE}; "
+                             f"run the benchmark once without --live-dtype")
+        return self.get()
 
 
 def traces_for(workload: str, prompts: slice, new_tokens: int, models: Models, directory: Path = TRACES) -> list:
@@ -82,7 +92,7 @@ def traces_for(workload: str, prompts: slice, new_tokens: int, models: Models, d
                 return cached
         except TraceError:
             pass
-    target, draft = models.get()
+    target, draft = models.for_recording()
     started = time.perf_counter()
     traces = record(target, draft, workload, [r.id for r in records], [encode_prompt(target, r) for r in records],
                     new_tokens, rank_cap=16, max_batch=4, progress=True)
@@ -99,7 +109,7 @@ def cost_model(models: Models):
     if COST.exists():
         return CostModel.from_json(COST.read_text())
     started = time.perf_counter()
-    cost = calibrate(*models.get(), progress=True)
+    cost = calibrate(*models.for_recording(), progress=True)
     print(f"calibrated in {time.perf_counter() - started:.0f} s")
     COST.write_text(cost.to_json())
     return cost
@@ -222,6 +232,7 @@ def live_check(groups: dict, cost, models: Models) -> list[dict]:
     built on the calibrated model, so it decides the same) is priced with each; "predicted now" is the mean of the
     two."""
     from engine.engine import Request, SpecEngine
+    from engine.models.identity import hardware_fingerprint
     from engine.sampling import SamplingParams
     from policies.registry import build_policy
     from tuner.calibrate import retime
@@ -246,7 +257,8 @@ def live_check(groups: dict, cost, models: Models) -> list[dict]:
                "predicted_tokens_per_s": predicted.job_tokens_per_s, "live_tokens_per_s": emitted / seconds,
                "predicted_now_tokens_per_s": now,
                "predicted_steps": predicted.steps, "live_steps": engine.step_count,
-               "outputs_identical_to_trace": f"{same}/{len(traces)}"}
+               "outputs_identical_to_trace": f"{same}/{len(traces)}", "dtype": models.dtype,
+               "host": hardware_fingerprint(target.device)}
         row["live_over_predicted"] = row["live_tokens_per_s"] / row["predicted_tokens_per_s"]
         row["live_over_predicted_now"] = row["live_tokens_per_s"] / now
         print(f"live {workload} B={batch} {label}: predicted {predicted.job_tokens_per_s:.2f} tok/s ({now:.2f} with "
@@ -343,24 +355,32 @@ def markdown(rows: list[dict], held_out: list[dict], live: list[dict], meta: dic
                   f"`{held_out_best}`.", ""]
         lines += cell_table(held_out)
     if live:
-        within = sum(abs(r["live_over_predicted_now"] - 1) <= 0.10 for r in live)
-        lines += ["", "## Replay vs live engine", "",
-                  "Predicted: the replay priced by the calibrated cost model. Predicted now: the same replay priced "
-                  "by the cost model's forwards timed again right before and right after the live run at the batch "
-                  "sizes up to its own (mean of the two), since the shared host's speed drifts by 10-30% between "
-                  f"calibration and the live run. Within 10% of live: {within}/{len(live)} cells predicted now; "
-                  f"{sum(abs(r['live_over_predicted'] - 1) <= 0.10 for r in live)}/{len(live)} predicted at "
-                  "calibration.", "",
-                  "| workload | B | config | predicted tok/s | predicted now | live tok/s | live / predicted | "
-                  "live / predicted now | predicted steps | live steps | outputs = trace |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in live:
-            lines.append(f"| {r['workload']} | {r['batch_size']} | {r['config']} | "
-                         f"{r['predicted_tokens_per_s']:.2f} | {r['predicted_now_tokens_per_s']:.2f} | "
-                         f"{r['live_tokens_per_s']:.2f} | {r['live_over_predicted']:.2f} | "
-                         f"{r['live_over_predicted_now']:.2f} | "
-                         f"{r['predicted_steps']} | {r['live_steps']} | {r['outputs_identical_to_trace']} |")
+        lines += ["", *live_section(live, meta)]
     return "\n".join(lines) + "\n"
+
+
+def live_section(live: list[dict], meta: dict) -> list[str]:
+    """The live check's table, with the live runs' dtype and host where recorded."""
+    within = sum(abs(r["live_over_predicted_now"] - 1) <= 0.10 for r in live)
+    lines = ["## Replay vs live engine", "",
+             "Predicted: the replay priced by the calibrated cost model. Predicted now: the same replay priced "
+             "by the cost model's forwards timed again right before and right after the live run at the batch "
+             "sizes up to its own (mean of the two), since the shared host's speed drifts by 10-30% between "
+             f"calibration and the live run. Within 10% of live: {within}/{len(live)} cells predicted now; "
+             f"{sum(abs(r['live_over_predicted'] - 1) <= 0.10 for r in live)}/{len(live)} predicted at "
+             "calibration.", *([f"Live runs in {live[0]['dtype']} on `{live[0]['host']}`; the traces and the "
+                                f"cost model are {DTYPE}, calibrated on `{meta['engine']['device']}`."]
+                              if "host" in live[0] else []), "",
+             "| workload | B | config | predicted tok/s | predicted now | live tok/s | live / predicted | "
+             "live / predicted now | predicted steps | live steps | outputs = trace |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in live:
+        lines.append(f"| {r['workload']} | {r['batch_size']} | {r['config']} | "
+                    f"{r['predicted_tokens_per_s']:.2f} | {r['predicted_now_tokens_per_s']:.2f} | "
+                    f"{r['live_tokens_per_s']:.2f} | {r['live_over_predicted']:.2f} | "
+                    f"{r['live_over_predicted_now']:.2f} | "
+                    f"{r['predicted_steps']} | {r['live_steps']} | {r['outputs_identical_to_trace']} |")
+    return lines
 
 
 def plot(grids: dict, path: Path) -> None:
@@ -402,6 +422,9 @@ def main() -> None:
                              "where the replay now predicts one of its cells differently")
     parser.add_argument("--live-only", action="store_true",
                         help="run the live check again against the saved tables (results/policies.json)")
+    parser.add_argument("--live-dtype", choices=("bfloat16", "float32"), default=DTYPE,
+                        help="the live check's dtype (the traces and cost model stay bfloat16): float32 where the CPU "
+                             "has no native bf16, whose bf16 verify forwards run several times slower")
     args = parser.parse_args()
     if args.orders < 1:
         parser.error("--orders: must be at least 1")
@@ -409,12 +432,14 @@ def main() -> None:
         parser.error("--waves: must be at least 1")
     if args.live_only + args.skip_live + args.keep_live > 1:
         parser.error("--live-only, --skip-live and --keep-live: choose one")
+    if args.live_dtype != DTYPE and not args.live_only:
+        parser.error(f"--live-dtype {args.live_dtype}: only with --live-only (the tables' own live check is {DTYPE})")
 
     import torch
 
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
-    models = Models()
+    models = Models(args.live_dtype)
     if args.live_only:
         rerun_live(models)
         return
@@ -455,7 +480,15 @@ def rerun_live(models: Models) -> None:
     meta = saved["meta"]
     groups = {w: traces_for(w, slice(0, meta["prompts"]), meta["new_tokens"], models) for w in WORKLOADS}
     live = live_check(groups, cost_model(models), models)
-    save(saved["cells"], saved["held_out_cells"], live, meta)
+    if models.dtype == DTYPE:
+        save(saved["cells"], saved["held_out_cells"], live, meta)
+        return
+    # another dtype's live check is a measurement beside the tables, not theirs: a file of its own
+    text = "\n".join(live_section(live, meta)) + "\n"
+    print(text)
+    (RESULTS / f"policies_live_{models.dtype}.md").write_text(f"# Policies: replay vs live engine in {models.dtype}\n\n"
+                                                              + text)
+    (RESULTS / f"policies_live_{models.dtype}.json").write_text(json.dumps({"meta": meta, "live": live}, indent=1))
 
 
 if __name__ == "__main__":
