@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -137,3 +139,20 @@ def measure_interleaved(runs: dict[tuple, Callable[[], None]], rounds: int, log)
         if key == next(iter(runs)):
             log(f"round {rep + 1}/{rounds}")
     return {key: Spread.of(t) for key, t in times.items()}
+
+
+def require_positive(parser: argparse.ArgumentParser, args: argparse.Namespace, fields: Sequence[str]) -> None:
+    """A parser error naming the first of ``fields`` (argument names with underscores) below 1."""
+    for name in fields:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')}: must be at least 1")
+
+
+def elapsed_log() -> Callable[[str], None]:
+    """A progress logger to stderr, each line stamped with the seconds since this call."""
+    started = time.perf_counter()
+
+    def log(msg: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    return log

@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import Spread, measure_interleaved, pin_threads  # noqa: E402
+from benchmarks.common import Spread, elapsed_log, measure_interleaved, pin_threads, require_positive  # noqa: E402
 from engine.models import hardware_fingerprint, load_model  # noqa: E402
 from tuner.calibrate import forward_step, prefill  # noqa: E402
 
@@ -96,15 +96,11 @@ def main() -> None:
     parser.add_argument("--prefill", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    for field in ("rounds", "context", "prefill", "threads"):
-        if getattr(args, field) < 1:
-            parser.error(f"--{field}: must be at least 1")
+    require_positive(parser, args, ("rounds", "context", "prefill", "threads"))
     pin_threads(args.threads)
     torch.set_grad_enabled(False)
     started = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    log = elapsed_log()
 
     models = QUICK_MODELS if args.quick else MODELS
     meta = {"command": " ".join([".venv/bin/python", "benchmarks/dtype_cost.py", *sys.argv[1:]]),

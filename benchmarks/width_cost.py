@@ -30,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import measure_interleaved, pin_threads  # noqa: E402
+from benchmarks.common import elapsed_log, measure_interleaved, pin_threads, require_positive  # noqa: E402
 from engine.kv import BatchKV, Nodes  # noqa: E402
 from engine.models import hardware_fingerprint, load_model  # noqa: E402
 from policies.cost_model import uniform_grid  # noqa: E402
@@ -94,15 +94,11 @@ def main() -> None:
         parser.error("--batch-sizes: every batch size must be at least 1")
     if args.max_width < max(GRID_TOKENS):
         parser.error(f"--max-width: must be at least {max(GRID_TOKENS)}, the calibration grid's widest")
-    for field in ("rounds", "context", "threads"):
-        if getattr(args, field) < 1:
-            parser.error(f"--{field}: must be at least 1")
+    require_positive(parser, args, ("rounds", "context", "threads"))
     pin_threads(args.threads)
     torch.set_grad_enabled(False)
     started = time.perf_counter()
-
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    log = elapsed_log()
 
     widths = range(1, args.max_width + 1)
     bases = {}
