@@ -8,8 +8,9 @@ points. This times every width from 1 to ``--max-width`` through the engine's ow
 
 - the cheapest width at or above it, and the forward of this width's tokens padded to that one (the padding
   columns masked out, as the engine pads a batch's short rows), to show whether padding would get that price;
-- the calibration grid's price: the widths 1, 2, 4, 8, 16 of this same run, fitted monotone and interpolated as
-  ``spectune calibrate`` does.
+- the price of the calibration grid as it was before it held the chain widths: the widths 1, 2, 4, 8, 16 of this
+  same run, fitted monotone and interpolated (``spectune calibrate`` now times every chain width and keeps the
+  tokens axis as measured, ``tuner.calibrate.CHAIN_WIDTHS``).
 
     .venv/bin/python benchmarks/width_cost.py [--dtype float32] [--batch-sizes 1,2,4] [--max-width 17] [--rounds 3]
 
@@ -34,11 +35,11 @@ from benchmarks.common import elapsed_log, measure_interleaved, pin_threads, req
 from engine.kv import BatchKV, Nodes  # noqa: E402
 from engine.models import hardware_fingerprint, load_model  # noqa: E402
 from policies.cost_model import uniform_grid  # noqa: E402
-from tuner.calibrate import Grid, forward_step, prefill  # noqa: E402
+from tuner.calibrate import forward_step, prefill  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = {"target": "qwen2.5-coder-1.5b", "draft": "qwen2.5-coder-0.5b"}
-GRID_TOKENS = Grid().tokens
+GRID_TOKENS = (1, 2, 4, 8, 16)  # the calibration grid's widths before they held the chain widths
 
 
 def padded_step(base: BatchKV, batch: int, tokens: int, width: int) -> Callable[[], None]:
@@ -71,7 +72,8 @@ def cheapest_at_or_above(times: dict[int, float]) -> dict[int, int]:
 
 
 def grid_price(times: dict[int, float], batch: int, context: int) -> dict[int, float]:
-    """What the calibration grid makes of this run: its widths' times, fitted monotone, interpolated."""
+    """What the calibration grid made of this run before it held the chain widths: widths 1, 2, 4, 8 and 16, fitted
+    monotone along the tokens too, interpolated."""
     points = [t for t in GRID_TOKENS if t in times]
     grid = uniform_grid((batch,), points, (context,), lambda b, t, c: times[int(t)]).monotone()
     return {w: grid(batch, w, context) for w in times}
@@ -150,8 +152,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
              f"cache of {meta['context']} tokens, forwards without the LM head; torch {meta['torch']}, wall "
              f"{meta['wall_s']:.0f} s. Padded: this width's tokens in a forward padded to the cheapest width at or "
              "above it (masked columns), timed beside that width's own forward in rounds of their own. Grid: what "
-             f"the calibration grid (widths {', '.join(map(str, GRID_TOKENS))} of this run, fitted monotone) "
-             "prices this width at.", "",
+             f"the calibration grid before 2026-12-08 (widths {', '.join(map(str, GRID_TOKENS))} of this run, fitted "
+             "monotone) prices this width at.", "",
              "| model | B | tokens per row | ms (min-max) | cheapest at or above | its ms | padded ms (its ms then) "
              "| grid ms | grid / measured |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -108,17 +108,18 @@ class ForwardGrid(BaseModel):
             raise ValueError("seconds: every measured time must be positive")
         return self
 
-    def monotone(self) -> ForwardGrid:
-        """The grid fitted to be non-decreasing along every axis (more rows, tokens or context never cost less).
+    def monotone(self, axes: tuple[int, ...] = (0, 1, 2)) -> ForwardGrid:
+        """The grid fitted to be non-decreasing along ``axes`` (0 batch, 1 tokens, 2 context; by default every axis:
+        more rows, tokens or context never cost less).
 
         Isotonic regression (pool adjacent violators) along one axis at a time, for a few sweeps, moves each noisy
         point as little as the ordering allows; a running maximum along each axis then guarantees the order (it
         keeps the other axes' order, being a maximum of ordered lines)."""
         values = np.array(self.seconds, dtype=float)
         for _ in range(MONOTONE_SWEEPS):
-            for axis in range(3):
+            for axis in axes:
                 values = np.apply_along_axis(isotonic, axis, values)
-        for axis in range(3):
+        for axis in axes:
             values = np.maximum.accumulate(values, axis=axis)
         return self.model_copy(update={"seconds": tuple(tuple(tuple(float(x) for x in col) for col in row)
                                                         for row in values)})

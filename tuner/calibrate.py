@@ -19,9 +19,13 @@ Timings on a shared CPU drift by 10-30% within minutes, and a grid timed point a
 point, then the next) lets that drift masquerade as cost structure: we measured a 1-token verify dearer than a
 4-token one. So the grid is timed in rounds: after ``warmup`` untimed rounds, each of ``repeats`` rounds times every
 point once, in a rotated order, and a point's time is the median of its rounds. Forward time never falls when the
-batch, the tokens per row or the context grow, so the medians are then fitted to the closest grid that is monotone
-along every axis (``policies.cost_model.ForwardGrid.monotone``). The model is that grid read by piecewise-linear
-interpolation (see ``policies.cost_model``), stored with the engine identity.
+batch or the context grow, so the medians are then fitted to the closest grid that is monotone along those axes
+(``policies.cost_model.ForwardGrid.monotone``). Along the tokens per row it can fall: in float32 on an AVX2 CPU a
+3-token forward took 24% longer than a 4-token one, and 7 tokens 10% longer than 8 (benchmarks/width_cost.py). So
+the target's tokens axis holds every width a chain of the goodput policy's depths verifies (1 + k), and keeps its
+medians as measured: interpolated from 1, 2, 4, 8 and 16 fitted monotone, a 3-token verify was priced at 0.79x its
+time. The model is that grid read by piecewise-linear interpolation (see ``policies.cost_model``), stored with the
+engine identity.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ from engine.kv import BatchKV, Nodes
 from engine.models import hardware_fingerprint, model_identity
 from engine.models.loaded import LoadedModel
 from policies.cost_model import CostModel, EngineIdentity, ForwardGrid, isotonic, uniform_grid
+from policies.goodput import GoodputOptions
+
+# tokens per row of the target's forwards: off's 1, and 1 + k for every depth the goodput policy considers
+CHAIN_WIDTHS = tuple(sorted({1, *(1 + k for k in GoodputOptions().ks)}))
+FITTED_AXES = (0, 2)  # batch and context: see the module docstring for why not the tokens per row
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,7 @@ class Grid:
     """Which points to time and how often."""
 
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
-    tokens: tuple[int, ...] = (1, 2, 4, 8, 16)
+    tokens: tuple[int, ...] = CHAIN_WIDTHS
     draft_tokens: tuple[int, ...] = (1, 2, 4, 16)  # 16: catch-ups and prompt fills extend the 4 -> 16 slope
     context_lens: tuple[int, ...] = (128, 512)
     head_rows: tuple[int, ...] = (1, 4, 8, 16, 32, 64, 128, 256)
@@ -179,7 +188,7 @@ def measure_grid(loaded: LoadedModel, batch_sizes: Sequence[int], tokens: Sequen
     steps = {(b, t, c): forward_step(bases[c], b, t, head=False) for b in batch_sizes for t in tokens
              for c in contexts}
     medians = _time_rounds(steps, grid, tick)
-    return uniform_grid(batch_sizes, tokens, contexts, lambda b, t, c: medians[(b, t, c)]).monotone()
+    return uniform_grid(batch_sizes, tokens, contexts, lambda b, t, c: medians[(b, t, c)]).monotone(FITTED_AXES)
 
 
 def measure_head(loaded: LoadedModel, rows: Sequence[int], grid: Grid) -> ForwardGrid:
@@ -196,14 +205,17 @@ def retime(cost: CostModel, target: LoadedModel, draft: LoadedModel | None, batc
     grids' token counts and context lengths, its heads at their row counts, and the engine's step overhead and the
     n-gram lookup (both run in Python, whose speed is the host's too). A shared CPU's speed drifts by 10-30% within
     an hour, so checking a replay's prediction against a live run needs the engine priced as the host runs it around
-    the live run; this is calibration's timing, restricted to what that live run can use."""
-    def up_to_batch(loaded: LoadedModel, measured: ForwardGrid) -> ForwardGrid:
+    the live run; this is calibration's timing, restricted to what that live run can use. The target is also timed
+    at ``grid.tokens`` (the chain widths by default), so that a model calibrated at fewer widths is re-priced at the
+    ones its chains verify."""
+    def up_to_batch(loaded: LoadedModel, measured: ForwardGrid, widths: Sequence[int] = ()) -> ForwardGrid:
         sizes = [int(b) for b in measured.batch_sizes if b <= batch] or [batch]
         contexts = [int(c) for c in measured.context_lens]
-        return measure_grid(loaded, sizes, [int(t) for t in measured.tokens], contexts, grid, lambda: None)
+        tokens = sorted({int(t) for t in measured.tokens} | set(widths))
+        return measure_grid(loaded, sizes, tokens, contexts, grid, lambda: None)
 
     with torch.no_grad():
-        target_grid = up_to_batch(target, cost.target)
+        target_grid = up_to_batch(target, cost.target, grid.tokens)
         draft_grid = up_to_batch(draft, cost.draft) if draft is not None and cost.draft is not None else cost.draft
         heads = {}
         for name, loaded in (("target_head", target), ("draft_head", draft)):

@@ -53,6 +53,18 @@ def test_monotone_fit_pools_violators_and_keeps_ordered_grids():
     assert GRID.monotone() == GRID
 
 
+def test_monotone_fit_along_chosen_axes_keeps_the_others_as_measured():
+    # a 3-token forward dearer than a 4-token one, as measured in float32 on AVX2 (benchmarks/width_cost.py)
+    dip = ForwardGrid(batch_sizes=(1, 2), tokens=(1, 3, 4), context_lens=(64,),
+                      seconds=(((0.36,), (0.98,), (0.79,)), ((0.30,), (0.99,), (0.97,))))
+    fitted = dip.monotone((0, 2))
+    values = [[col[0] for col in row] for row in fitted.seconds]
+    assert values[0] == pytest.approx([0.33, 0.98, 0.79])  # the tokens axis as measured; batch 1 > 2 pooled
+    assert values[1] == pytest.approx([0.33, 0.99, 0.97])
+    assert fitted(1, 3, 64) > fitted(1, 4, 64)
+    assert [col[0] for col in dip.monotone().seconds[0]] == pytest.approx([0.33, 0.885, 0.885])
+
+
 def test_exact_on_linear_surfaces():
     cost = linear_cost()
     assert cost.verify_s(4, 12, 500) == pytest.approx(0.02 + 0.0005 * 12 + 2e-6 * 4 * 500)

@@ -3,6 +3,7 @@ engine, timing leaves the cache as it found it, and the ``spectune calibrate`` c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -10,8 +11,9 @@ import torch
 from typer.testing import CliRunner
 
 from policies.cost_model import CostModel
+from policies.goodput import GoodputOptions
 from tests.engine.tiny import tiny_model
-from tuner.calibrate import QUICK, calibrate, prefill, retime, time_forward
+from tuner.calibrate import QUICK, Grid, calibrate, prefill, retime, time_forward
 from tuner.cli import app
 from tuner.record import record
 from tuner.replay import replay_all
@@ -110,3 +112,10 @@ def test_retime_measures_the_grids_and_the_overhead_again_up_to_the_live_batch_s
     assert 0 < now.ngram_s < 1
     assert now.target_head.tokens == cost.target_head.tokens and now.target_head != cost.target_head
     assert retime(stale, target, draft, 1, QUICK).target.batch_sizes == (1,)
+    # the grid's widths on top of the model's: a model calibrated at fewer widths is re-priced at the chains' widths
+    wider = retime(stale, target, draft, 1, dataclasses.replace(QUICK, tokens=(1, 3)))
+    assert wider.target.tokens == (1, 2, 3) and wider.draft.tokens == cost.draft.tokens
+
+
+def test_the_grid_times_every_chain_width_goodput_considers():
+    assert set(Grid().tokens) >= {1} | {1 + k for k in GoodputOptions().ks}
