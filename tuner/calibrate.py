@@ -22,10 +22,10 @@ point once, in a rotated order, and a point's time is the median of its rounds. 
 batch or the context grow, so the medians are then fitted to the closest grid that is monotone along those axes
 (``policies.cost_model.ForwardGrid.monotone``). Along the tokens per row it can fall: in float32 on an AVX2 CPU a
 3-token forward took 24% longer than a 4-token one, and 7 tokens 10% longer than 8 (benchmarks/width_cost.py). So
-the target's tokens axis holds every width a chain of the goodput policy's depths verifies (1 + k), and keeps its
-medians as measured: interpolated from 1, 2, 4, 8 and 16 fitted monotone, a 3-token verify was priced at 0.79x its
-time. The model is that grid read by piecewise-linear interpolation (see ``policies.cost_model``), stored with the
-engine identity.
+the target's tokens axis holds every width a chain of the goodput policy's depths verifies (1 + k), and the tokens
+axes keep their medians as measured: interpolated from 1, 2, 4, 8 and 16 fitted monotone, a 3-token verify was
+priced at 0.79x its time. The model is that grid read by piecewise-linear interpolation (see
+``policies.cost_model``), stored with the engine identity.
 """
 
 from __future__ import annotations
