@@ -91,15 +91,16 @@ def main() -> None:
     engine = SpecEngine(target, draft, policy=live, max_batch=batch)
     for t in traces:
         engine.add(Request(t.request_id, list(t.prompt_ids), SamplingParams(max_new_tokens=t.max_new_tokens)))
-    walls, emitted, prefills = {}, 0, {}
+    walls, emitted, first_step, prefills = {}, 0, {}, {}
     while engine.has_work():
         started = time.perf_counter()
         outputs = engine.step()
         walls[engine.step_count] = time.perf_counter() - started
         for out in outputs:
             emitted += len(out.new_token_ids)
-            if out.finished:
-                prefills[out.request_id] = out.summary.prefill_s
+            first_step.setdefault(out.request_id, engine.step_count)
+            if out.finished:  # requests admitted together share one prefill: count it once, by their first step
+                prefills[first_step[out.request_id]] = out.summary.prefill_s
     decode_s = sum(walls.values()) - sum(prefills.values())  # as benchmarks/policies.py counts a live run
 
     def totals(steps: dict[int, StepStats]) -> str:
